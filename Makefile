@@ -1,0 +1,42 @@
+# The two set-up commands are `make demo` and `make test`; both build .venv from scratch when it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install lint typecheck unit integration bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed"'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/ethereal-kafka broker fetch
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/ethereal-kafka demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check ethereal_kafka tests bench
+	$(BIN)/ruff format --check ethereal_kafka tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest tests
+	@if pgrep -f 'ethereal.kafka.broker.dir=.*pytest-broker' >/dev/null; then \
+		echo "FAIL: the test suite left a broker JVM running"; pgrep -af 'ethereal.kafka.broker.dir=.*pytest-broker'; exit 1; \
+	else echo "ok: no broker JVM left running by the test suite"; fi
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+integration: $(STAMP)
+	$(BIN)/pytest tests/integration
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

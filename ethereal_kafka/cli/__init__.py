@@ -1,0 +1,43 @@
+"""The `ethereal-kafka` command line: one module per sub-command, errors printed as one line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ethereal_kafka.cli import broker_cmd, demo_cmd
+from ethereal_kafka.errors import EtherealKafkaError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser with every sub-command registered."""
+    parser = argparse.ArgumentParser(
+        prog="ethereal-kafka",
+        description="Exactly-once Kafka topic-to-topic stream processing on Apache Spark.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    broker_cmd.register(sub)
+    demo_cmd.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code.
+
+    A framework error (`EtherealKafkaError`) is printed as one line, `error: ...`, and exits 1.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except EtherealKafkaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

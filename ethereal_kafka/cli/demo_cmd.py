@@ -1,0 +1,25 @@
+"""`ethereal-kafka demo`: the demo topic-to-topic pipeline on embedded Spark and a local broker (`make demo`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add the `demo` sub-command."""
+    parser = sub.add_parser("demo", help="run the demo topic-to-topic job on a local broker and local Spark")
+    parser.add_argument(
+        "--connectors", type=Path, default=Path("connectors"), help="connector .properties folder"
+    )
+    parser.add_argument("--records", type=int, default=2000, help="orders to feed into the input topic")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo and print its output."""
+    from ethereal_kafka.demo import run_demo
+
+    run_demo(args.connectors, args.records)
+    return 0

@@ -1,0 +1,121 @@
+"""Configuration models of the Kafka source and sink connectors (one `.properties` file each)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import ClassVar
+
+from ethereal_kafka.config.model import Model, non_negative, positive, setting
+from ethereal_kafka.errors import ConfigError
+
+FORMATS = ("bytes", "string", "json", "avro")
+ERROR_POLICIES = ("fail", "skip", "dlq")
+_START = re.compile(r"^(group-offsets|earliest|latest|timestamp:\d+|[^,:\s]+:\d+:\d+(,[^,:\s]+:\d+:\d+)*)$")
+
+
+def _starting_offsets(value: str) -> str | None:
+    if _START.match(value):
+        return None
+    return "expected group-offsets, earliest, latest, timestamp:<ms> or topic:partition:offset[,...]"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class SerdeSettings(Model):
+    """Key and value formats shared by source and sink (see `ethereal_kafka.serde`)."""
+
+    key_format: str = setting("bytes", key="key.format", doc="key format", choices=FORMATS)
+    value_format: str = setting("bytes", key="value.format", doc="value format", choices=FORMATS)
+    key_schema: str | None = setting(None, key="key.schema", doc="JSON: Spark DDL of the key's fields")
+    value_schema: str | None = setting(None, key="value.schema", doc="JSON: Spark DDL of the value's fields")
+    key_schema_file: str | None = setting(None, key="key.schema.file", doc="Avro: local .avsc for the key")
+    value_schema_file: str | None = setting(
+        None, key="value.schema.file", doc="Avro: local .avsc for the value"
+    )
+    schema_registry_url: str | None = setting(
+        None, key="schema.registry.url", doc="Avro: Confluent-compatible schema registry (wire format)"
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class KafkaSourceConfig(SerdeSettings):
+    """The Kafka source connector (`connector.class=kafka-source`)."""
+
+    SECTION: ClassVar[str] = "kafka source"
+    PASSTHROUGH_PREFIX: ClassVar[str | None] = "kafka."
+
+    connector_class: str = setting(
+        "kafka-source", key="connector.class", doc="connector type", choices=("kafka-source",)
+    )
+    name: str = setting("source", key="name", doc="connector name (used in metrics and ids)")
+    bootstrap_servers: str = setting(key="bootstrap.servers", doc="Kafka bootstrap servers")
+    topics: tuple[str, ...] = setting((), key="topics", doc="comma-separated topics to read")
+    topic_pattern: str | None = setting(None, key="topic.pattern", doc="regular expression of topics to read")
+    group_id: str = setting("ethereal-kafka", key="group.id", doc="consumer group holding the job's offsets")
+    starting_offsets: str = setting(
+        "group-offsets",
+        key="starting.offsets",
+        check=_starting_offsets,
+        doc="group-offsets | earliest | latest | timestamp:<ms> | topic:partition:offset,...",
+    )
+    group_offsets_reset: str = setting(
+        "earliest",
+        key="group.offsets.reset",
+        choices=("earliest", "latest"),
+        doc="where a partition without a committed group offset starts",
+    )
+    isolation_level: str = setting(
+        "read_committed",
+        key="isolation.level",
+        choices=("read_committed", "read_uncommitted"),
+        doc="read only committed transactional records (default) or everything",
+    )
+    max_records_per_epoch: int = setting(
+        0,
+        key="max.records.per.epoch",
+        check=non_negative,
+        doc="admission control: at most N offsets per epoch",
+    )
+    batch_size: int = setting(10000, key="arrow.batch.size", check=positive, doc="records per Arrow batch")
+    read_timeout_ms: int = setting(
+        120000,
+        key="read.timeout.ms",
+        check=positive,
+        doc="give up a task that makes no progress for this long",
+    )
+    on_error: str = setting("fail", key="on.error", choices=ERROR_POLICIES, doc="poison record policy")
+    dlq_topic: str | None = setting(None, key="dlq.topic", doc="dead-letter topic (policy dlq)")
+
+    def validate(self) -> None:
+        """Exactly one of `topics` / `topic.pattern`; a dead-letter topic with policy dlq."""
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise ConfigError("kafka source: set exactly one of topics or topic.pattern")
+        if self.topic_pattern is not None:
+            try:
+                re.compile(self.topic_pattern)
+            except re.error as exc:
+                raise ConfigError(f"topic.pattern={self.topic_pattern!r}: {exc}") from exc
+        if self.on_error == "dlq" and not self.dlq_topic:
+            raise ConfigError("kafka source: on.error=dlq needs dlq.topic")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class KafkaSinkConfig(SerdeSettings):
+    """The Kafka sink connector (`connector.class=kafka-sink`)."""
+
+    SECTION: ClassVar[str] = "kafka sink"
+    PASSTHROUGH_PREFIX: ClassVar[str | None] = "kafka."
+
+    connector_class: str = setting(
+        "kafka-sink", key="connector.class", doc="connector type", choices=("kafka-sink",)
+    )
+    name: str = setting("sink", key="name", doc="connector name (part of transactional ids)")
+    bootstrap_servers: str = setting(key="bootstrap.servers", doc="Kafka bootstrap servers")
+    topic: str | None = setting(None, key="topic", doc="target topic; else each row's `topic` column")
+    key_column: str = setting("key", key="key.column", doc="column serialized as the record key")
+    value_column: str = setting(
+        "value", key="value.column", doc="column serialized as the value (or * = row)"
+    )
+    flush_timeout_ms: int = setting(
+        60000, key="flush.timeout.ms", check=positive, doc="how long a task waits for delivery reports"
+    )

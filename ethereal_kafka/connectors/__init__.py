@@ -1,0 +1,1 @@
+"""Connectors: the Kafka source and sink on Spark, and their Kafka clients."""

@@ -1,0 +1,167 @@
+"""The Kafka source: a Spark Python DataSource (`format("ethereal-kafka")`) with a micro-batch stream reader.
+
+Options are the connector's `.properties` keys (see `KafkaSourceConfig`), so a connector file can be passed as is:
+`spark.readStream.format("ethereal-kafka").options(**props).load()`.
+
+Contract with Spark (see SPARK-NOTES.md):
+- `initialOffset` runs once per query without a checkpoint; `latestOffset(start, limit)` fixes the end offsets of
+  the next epoch, bounded by `max.records.per.epoch` unless Spark passes `ReadAllAvailable`.
+- `partitions(start, end)` is a pure function of its arguments: one input partition per Kafka partition with data,
+  so a replayed epoch reads exactly the same records.
+- `read` yields Arrow record batches of the Kafka columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from ethereal_kafka.config.connectors import KafkaSourceConfig
+from ethereal_kafka.connectors.kafka.clients import consumer_config
+from ethereal_kafka.connectors.kafka.offsets import (
+    SourceOffset,
+    TopicPartitionKey,
+    from_flat,
+    limit_offsets,
+    ranges,
+    to_flat,
+)
+from ethereal_kafka.connectors.kafka.positions import PositionResolver
+from ethereal_kafka.connectors.kafka.range_reader import KAFKA_SPARK_DDL, messages_to_batch, read_messages
+
+
+@dataclass(frozen=True)
+class KafkaInputPartition(InputPartition):
+    """One Spark input partition: offsets `[start, until)` of one Kafka partition."""
+
+    topic: str
+    partition: int
+    start: int
+    until: int
+
+    def __init__(self, topic: str, partition: int, start: int, until: int) -> None:
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "until", until)
+        object.__setattr__(self, "value", f"{topic}:{partition}:{start}-{until}")
+
+
+class KafkaDataSource(DataSource):
+    """`spark.readStream.format("ethereal-kafka")`: Kafka topics as a stream of Arrow batches."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name Spark knows this source by."""
+        return "ethereal-kafka"
+
+    def schema(self) -> str:
+        """The Kafka columns: key, value, topic, partition, offset, timestamp, timestamp_type, headers."""
+        return KAFKA_SPARK_DDL
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """Validate the options and return the micro-batch reader (driver side)."""
+        return KafkaStreamReader(
+            KafkaSourceConfig.from_properties(dict(self.options), source="source options")
+        )
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans epochs on the driver and reads their offset ranges on executors."""
+
+    def __init__(self, config: KafkaSourceConfig) -> None:
+        self.config = config
+        self._resolver: PositionResolver | None = None
+        self._target: dict[TopicPartitionKey, int] | None = None
+
+    @property
+    def resolver(self) -> PositionResolver:
+        """The driver-side position resolver, created on first use (never pickled to executors)."""
+        if self._resolver is None:
+            self._resolver = PositionResolver(self.config)
+        return self._resolver
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config, "_resolver": None, "_target": None}
+
+    # -- driver side ---------------------------------------------------------------------------------------------
+    def initialOffset(self) -> SourceOffset:
+        """Start positions per `starting.offsets` (only for a query without a checkpoint)."""
+        return from_flat(self.resolver.initial())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """`ReadMaxRows(max.records.per.epoch)`, or everything available when it is 0."""
+        if self.config.max_records_per_epoch > 0:
+            return ReadMaxRows(self.config.max_records_per_epoch)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end offsets of an `availableNow` run: nothing produced later is read by it."""
+        tps = self.resolver.topic_partitions()
+        self._target = self.resolver.latest(tps)
+
+    def latestOffset(self, start: SourceOffset, limit: ReadLimit) -> SourceOffset:
+        """End offsets of the next epoch: the latest stable offsets, within `limit`.
+
+        New partitions appear here (they start at their earliest offset); no partition ever moves backwards.
+        """
+        begin = to_flat(start)
+        if self._target is not None:
+            latest = dict(self._target)
+        else:
+            latest = self.resolver.latest(self.resolver.topic_partitions())
+        latest = {tp: max(off, begin.get(tp, 0)) for tp, off in latest.items()}
+        for tp, off in begin.items():
+            latest.setdefault(tp, off)
+        if isinstance(limit, ReadMaxRows):
+            latest = limit_offsets(begin, latest, limit.max_rows)
+        return from_flat(latest)
+
+    def reportLatestOffset(self) -> SourceOffset | None:
+        """The latest offsets, for Spark's progress reports (lag)."""
+        return from_flat(self.resolver.latest(self.resolver.topic_partitions()))
+
+    def partitions(self, start: SourceOffset, end: SourceOffset) -> Sequence[InputPartition]:
+        """One input partition per Kafka partition with records in `[start, end)`; pure."""
+        return [KafkaInputPartition(t, p, a, b) for t, p, a, b in ranges(start, end)]
+
+    def commit(self, end: SourceOffset) -> None:
+        """Spark finished `end`; offsets are committed to Kafka by the sink/coordinator, not here."""
+
+    def stop(self) -> None:
+        """Release driver-side clients."""
+        if self._resolver is not None:
+            self._resolver.close()
+            self._resolver = None
+
+    # -- executor side -------------------------------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one planned range as Arrow batches; runs in a Spark task on an executor."""
+        assert isinstance(partition, KafkaInputPartition)
+        conf = consumer_config(
+            self.config.bootstrap_servers,
+            f"{self.config.group_id}.reader",
+            self.config.isolation_level,
+            self.config.passthrough,
+        )
+        for chunk in read_messages(
+            conf,
+            partition.topic,
+            partition.partition,
+            partition.start,
+            partition.until,
+            self.config.batch_size,
+            self.config.read_timeout_ms,
+        ):
+            yield messages_to_batch(chunk)

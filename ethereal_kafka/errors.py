@@ -1,0 +1,34 @@
+"""The exception hierarchy: every error the framework raises derives from `EtherealKafkaError`.
+
+Callers that only want to know "did ethereal-kafka refuse or fail?" catch the root; callers that can act on a
+specific cause catch the subclass. Every subclass docstring says when it is raised and what the caller can do.
+"""
+
+from __future__ import annotations
+
+
+class EtherealKafkaError(Exception):
+    """Root of every exception raised by ethereal-kafka on purpose."""
+
+
+class ConfigError(EtherealKafkaError):
+    """A configuration file or value is invalid (unknown key, bad value, missing required key).
+
+    Raised while loading or validating configuration, before anything runs. Fix the named key and retry.
+    """
+
+
+class BrokerError(EtherealKafkaError):
+    """The local Apache Kafka broker could not be resolved, started, reached or stopped.
+
+    The message is one line that names the cause (missing Java or Maven, busy port, failed download, start-up
+    timeout) and, where there is one, the log file to read.
+    """
+
+
+class KafkaConnectionError(EtherealKafkaError):
+    """A Kafka cluster did not answer after bounded retries (wrong `bootstrap.servers`, broker down)."""
+
+
+class SparkSetupError(EtherealKafkaError):
+    """The local SparkSession could not be created (missing Java, Python worker cannot connect back)."""

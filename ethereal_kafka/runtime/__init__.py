@@ -1,0 +1,1 @@
+"""Job lifecycle: the SparkSession, running a job, signals and metrics."""
