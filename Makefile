@@ -20,8 +20,8 @@ demo: $(STAMP)
 	$(BIN)/ethereal-kafka demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check ethereal_kafka tests bench
-	$(BIN)/ruff format --check ethereal_kafka tests bench
+	$(BIN)/ruff check ethereal_kafka tests $(wildcard bench/*.py)
+	$(BIN)/ruff format --check ethereal_kafka tests $(wildcard bench/*.py)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
