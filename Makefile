@@ -28,8 +28,8 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/pytest tests
-	@if pgrep -f 'ethereal.kafka.broker.dir=.*pytest-broker' >/dev/null; then \
-		echo "FAIL: the test suite left a broker JVM running"; pgrep -af 'ethereal.kafka.broker.dir=.*pytest-broker'; exit 1; \
+	@if pgrep -f '[e]thereal.kafka.broker.dir=.*pytest-broker' >/dev/null; then \
+		echo "FAIL: the test suite left a broker JVM running"; pgrep -af '[e]thereal.kafka.broker.dir=.*pytest-broker'; exit 1; \
 	else echo "ok: no broker JVM left running by the test suite"; fi
 
 unit: $(STAMP)

@@ -11,11 +11,16 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ethereal_kafka.broker import BrokerSettings, LocalBroker
-from ethereal_kafka.config import KafkaSinkConfig, KafkaSourceConfig, load_properties
+from ethereal_kafka.config import load_job
 from ethereal_kafka.testing.kafka_io import create_topic, produce, read_committed
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 LARGE_ORDER = 50.0
 TAX = 0.2
@@ -41,13 +46,14 @@ def expected_output(orders: list[tuple[bytes, bytes]]) -> list[dict[str, object]
     return out
 
 
-def build_job(spark: object, source: KafkaSourceConfig) -> object:
-    """The job's transformation as Spark DataFrame operations (JVM-side JSON, no per-record Python)."""
+def large_orders(sources: Mapping[str, DataFrame]) -> DataFrame:
+    """The demo pipeline (named in `connectors/demo-job.properties`): JVM-side JSON, no per-record Python."""
     from pyspark.sql import functions as F
 
     schema = "order_id long, customer string, amount double"
-    stream = spark.readStream.format("ethereal-kafka").options(**source.to_properties()).load()  # type: ignore[attr-defined]
-    orders = stream.select(F.from_json(F.col("value").cast("string"), schema).alias("o")).select("o.*")
+    orders = (
+        sources["orders"].select(F.from_json(F.col("value").cast("string"), schema).alias("o")).select("o.*")
+    )
     large = orders.where(F.col("amount") >= LARGE_ORDER).withColumn(
         "total", F.round(F.col("amount") * (1 + TAX), 2)
     )
@@ -59,7 +65,7 @@ def build_job(spark: object, source: KafkaSourceConfig) -> object:
 
 def run_demo(connectors: Path, records: int) -> None:
     """Run the whole demo (see module docstring); raises on any failure so `make demo` exits non-zero."""
-    from ethereal_kafka.connectors.kafka.sink import KafkaSink
+    from ethereal_kafka.runtime.job import start_job
     from ethereal_kafka.runtime.spark import local_session
 
     state = Path(tempfile.mkdtemp(prefix="ethereal-kafka-demo-"))
@@ -70,13 +76,11 @@ def run_demo(connectors: Path, records: int) -> None:
     print(f"[demo] broker: {status.describe()} in {time.monotonic() - began:.1f}s")
     try:
         os.environ["ETHEREAL_KAFKA_BOOTSTRAP"] = status.bootstrap
-        source = KafkaSourceConfig.from_properties(
-            load_properties(connectors / "demo-orders-source.properties"), "demo-orders-source.properties"
-        )
-        sink = KafkaSinkConfig.from_properties(
-            load_properties(connectors / "demo-large-orders-sink.properties"),
-            "demo-large-orders-sink.properties",
-        )
+        os.environ["ETHEREAL_KAFKA_STATE"] = str(state)
+        loaded = load_job(connectors / "demo-job.properties")
+        source = loaded.sources["orders"]
+        sink = loaded.sinks["large-orders"]
+        print(f"[demo] job:    {loaded.job!r}")
         print(f"[demo] source: {source!r}")
         print(f"[demo] sink:   {sink!r}")
         create_topic(status.bootstrap, source.topics[0], partitions=2)
@@ -91,15 +95,9 @@ def run_demo(connectors: Path, records: int) -> None:
         )
         try:
             began = time.monotonic()
-            job = build_job(spark, source)
-            query = (
-                job.writeStream.foreachBatch(KafkaSink(sink))  # type: ignore[attr-defined]
-                .option("checkpointLocation", str(state / "checkpoint"))
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination()
-            epochs = len(query.recentProgress)
+            running = start_job(spark, loaded, available_now=True)
+            running.await_termination()
+            epochs = sum(len(q.recentProgress) for q in running.queries.values())
             print(f"[demo] job finished: {epochs} epoch(s) in {time.monotonic() - began:.1f}s")
         finally:
             spark.stop()

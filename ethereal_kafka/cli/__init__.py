@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ethereal_kafka.cli import broker_cmd, demo_cmd
+from ethereal_kafka.cli import broker_cmd, demo_cmd, validate_cmd
 from ethereal_kafka.errors import EtherealKafkaError
 
 
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     broker_cmd.register(sub)
     demo_cmd.register(sub)
+    validate_cmd.register(sub)
     return parser
 
 

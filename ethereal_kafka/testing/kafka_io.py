@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import NewPartitions, NewTopic
 
 from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata
 from ethereal_kafka.errors import KafkaConnectionError
@@ -45,6 +45,19 @@ def create_topic(
             return name
         time.sleep(0.1)
     raise KafkaConnectionError(f"topic {name} did not appear within 30 s")
+
+
+def add_partitions(bootstrap: str, topic: str, total: int) -> None:
+    """Grow `topic` to `total` partitions and wait until the metadata shows them."""
+    admin = admin_client(bootstrap)  # must outlive the future: a destroyed client fails its requests
+    admin.create_partitions([NewPartitions(topic, total)])[topic].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = cluster_metadata(admin, bootstrap).topics.get(topic)
+        if found is not None and len(found.partitions) == total:
+            return
+        time.sleep(0.1)
+    raise KafkaConnectionError(f"{topic} did not reach {total} partitions within 30 s")
 
 
 def produce(

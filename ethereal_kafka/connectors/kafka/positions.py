@@ -29,6 +29,7 @@ class PositionResolver:
         self.config = config
         self._admin = admin_client(config.bootstrap_servers, config.passthrough)
         self._consumer: Consumer | None = None
+        self._known: dict[str, int] = {}
 
     @property
     def consumer(self) -> Consumer:
@@ -68,7 +69,19 @@ class PositionResolver:
                     f"on {self.config.bootstrap_servers}"
                 )
             names = list(self.config.topics)
-        return sorted((t, p) for t in names for p in metadata.topics[t].partitions)
+        found = sorted((t, p) for t in names for p in metadata.topics[t].partitions)
+        for topic in names:
+            count = len(metadata.topics[topic].partitions)
+            if self._known.get(topic) != count:
+                # The consumer caches metadata for minutes: refresh it, or offset queries for partitions added
+                # since it last looked fail with "unknown partition".
+                with_retries(
+                    f"metadata refresh of {topic}",
+                    self.config.bootstrap_servers,
+                    lambda t=topic: self.consumer.list_topics(t, timeout=10.0),  # type: ignore[misc]
+                )
+                self._known[topic] = count
+        return found
 
     def latest(self, tps: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         """End offsets now (the last stable offset for read_committed)."""

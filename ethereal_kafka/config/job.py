@@ -1,0 +1,127 @@
+"""The job file: which connectors a job uses, how its pipeline is built, where its checkpoint lives.
+
+Connector files named in a job file are resolved relative to the job file's folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar
+
+from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+from ethereal_kafka.config.model import Model, positive, setting
+from ethereal_kafka.config.properties import load_properties
+from ethereal_kafka.errors import ConfigError
+
+GUARANTEES = ("exactly-once", "at-least-once", "at-most-once")
+_APP_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+_PIPELINE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def _app_id(value: str) -> str | None:
+    return None if _APP_ID.match(value) else "use letters, digits, '.', '_' and '-' only"
+
+
+def _pipeline(value: str) -> str | None:
+    return None if _PIPELINE.match(value) else "expected module.path:function"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class JobConfig(Model):
+    """A job (`job.properties`); `spark.*` keys pass through to the SparkSession."""
+
+    SECTION: ClassVar[str] = "job"
+    PASSTHROUGH_PREFIX: ClassVar[str | None] = "spark."
+
+    app_id: str = setting(
+        key="app.id", check=_app_id, doc="unique, stable id of the job (names ids and groups)"
+    )
+    sources: tuple[str, ...] = setting(key="sources", doc="source connector files, comma-separated")
+    sinks: tuple[str, ...] = setting(key="sinks", doc="sink connector files, comma-separated")
+    pipeline: str = setting(key="pipeline", check=_pipeline, doc="module:function(env, sources) -> DataFrame")
+    checkpoint_location: str = setting(key="checkpoint.location", doc="Spark checkpoint directory")
+    delivery_guarantee: str = setting(
+        "exactly-once", key="delivery.guarantee", choices=GUARANTEES, doc="delivery guarantee of the sinks"
+    )
+    trigger_interval_ms: int = setting(1000, key="trigger.interval.ms", check=positive, doc="epoch interval")
+    spark_master: str = setting("local[2]", key="spark.master", doc="Spark master URL")
+
+    def validate(self) -> None:
+        """At least one source and one sink."""
+        if not self.sources or not self.sinks:
+            raise ConfigError("job: sources and sinks must each name at least one connector file")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedJob:
+    """A job file with its connector files loaded and validated."""
+
+    path: Path
+    job: JobConfig
+    sources: Mapping[str, KafkaSourceConfig]
+    sinks: Mapping[str, KafkaSinkConfig]
+
+
+def load_connector(path: Path, env: Mapping[str, str] | None = None) -> KafkaSourceConfig | KafkaSinkConfig:
+    """Load one connector file, choosing the model from its `connector.class`.
+
+    Raises:
+        ConfigError: unreadable file, missing or unknown `connector.class`, or an invalid setting.
+    """
+    props = load_properties(path, env)
+    kind = props.get("connector.class")
+    models: dict[str, type[KafkaSourceConfig] | type[KafkaSinkConfig]] = {
+        "kafka-source": KafkaSourceConfig,
+        "kafka-sink": KafkaSinkConfig,
+    }
+    if kind not in models:
+        raise ConfigError(f"{path}: connector.class must be one of {', '.join(models)} (got {kind!r})")
+    return models[kind].from_properties(props, str(path))
+
+
+def load_job(path: str | Path, env: Mapping[str, str] | None = None) -> LoadedJob:
+    """Load a job file and every connector file it names.
+
+    Raises:
+        ConfigError: any file is invalid; connector names repeat; a source file is listed as a sink or vice versa.
+    """
+    job_path = Path(path)
+    job = JobConfig.from_properties(load_properties(job_path, env), str(job_path))
+    sources: dict[str, KafkaSourceConfig] = {}
+    sinks: dict[str, KafkaSinkConfig] = {}
+    for kind, files in (("source", job.sources), ("sink", job.sinks)):
+        for name in files:
+            conf = load_connector(job_path.parent / name, env)
+            wanted = KafkaSourceConfig if kind == "source" else KafkaSinkConfig
+            if not isinstance(conf, wanted):
+                raise ConfigError(
+                    f"{job_path}: {name} is listed under {kind}s but is a {conf.connector_class}"
+                )
+            target: dict[str, KafkaSourceConfig] | dict[str, KafkaSinkConfig] = (
+                sources if kind == "source" else sinks
+            )
+            if conf.name in sources or conf.name in sinks:
+                raise ConfigError(f"{job_path}: two connectors are named {conf.name!r}")
+            target[conf.name] = conf  # type: ignore[assignment]
+    return LoadedJob(job_path, job, sources, sinks)
+
+
+def validate_file(path: str | Path, env: Mapping[str, str] | None = None) -> str:
+    """Validate a job or connector file without running anything; returns a one-line summary.
+
+    Raises:
+        ConfigError: the file (or a connector it names) is invalid.
+    """
+    file = Path(path)
+    props = load_properties(file, env)
+    if "connector.class" in props:
+        conf = load_connector(file, env)
+        return f"{file}: ok ({conf.connector_class} {conf.name!r})"
+    loaded = load_job(file, env)
+    return (
+        f"{file}: ok (job {loaded.job.app_id!r}, sources {', '.join(loaded.sources)}, "
+        f"sinks {', '.join(loaded.sinks)}, {loaded.job.delivery_guarantee})"
+    )
