@@ -32,6 +32,12 @@ class SerdeSettings(Model):
     value_schema_file: str | None = setting(
         None, key="value.schema.file", doc="Avro: local .avsc for the value"
     )
+    key_fields_prefix: str = setting(
+        "key_", key="key.fields.prefix", doc="source: prefix of the columns decoded from a json/avro key"
+    )
+    value_fields_prefix: str = setting(
+        "", key="value.fields.prefix", doc="source: prefix of the columns decoded from a json/avro value"
+    )
     schema_registry_url: str | None = setting(
         None, key="schema.registry.url", doc="Avro: Confluent-compatible schema registry (wire format)"
     )

@@ -8,14 +8,15 @@ Contract with Spark (see SPARK-NOTES.md):
   the next epoch, bounded by `max.records.per.epoch` unless Spark passes `ReadAllAvailable`.
 - `partitions(start, end)` is a pure function of its arguments: one input partition per Kafka partition with data,
   so a replayed epoch reads exactly the same records.
-- `read` yields Arrow record batches of the Kafka columns.
+- `read` yields Arrow record batches of the Kafka columns plus the decoded key/value fields; poison records are
+  handled per `on.error` (see `decoding`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -38,7 +39,8 @@ from ethereal_kafka.connectors.kafka.offsets import (
     to_flat,
 )
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
-from ethereal_kafka.connectors.kafka.range_reader import KAFKA_SPARK_DDL, messages_to_batch, read_messages
+from ethereal_kafka.connectors.kafka.decoding import SourceLayout, decode_batches
+from ethereal_kafka.connectors.kafka.range_reader import messages_to_batch, read_messages
 
 
 @dataclass(frozen=True)
@@ -66,22 +68,25 @@ class KafkaDataSource(DataSource):
         """The format name Spark knows this source by."""
         return "ethereal-kafka"
 
-    def schema(self) -> str:
-        """The Kafka columns: key, value, topic, partition, offset, timestamp, timestamp_type, headers."""
-        return KAFKA_SPARK_DDL
+    def _layout(self) -> SourceLayout:
+        config = KafkaSourceConfig.from_properties(dict(self.options), source="source options")
+        return SourceLayout.from_config(config)
+
+    def schema(self) -> StructType:
+        """The Kafka columns plus the decoded key/value fields (see `decoding.SourceLayout`)."""
+        return cast(StructType, self._layout().spark_schema())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Validate the options and return the micro-batch reader (driver side)."""
-        return KafkaStreamReader(
-            KafkaSourceConfig.from_properties(dict(self.options), source="source options")
-        )
+        return KafkaStreamReader(self._layout())
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans epochs on the driver and reads their offset ranges on executors."""
 
-    def __init__(self, config: KafkaSourceConfig) -> None:
-        self.config = config
+    def __init__(self, layout: SourceLayout) -> None:
+        self.layout = layout
+        self.config = layout.config
         self._resolver: PositionResolver | None = None
         self._target: dict[TopicPartitionKey, int] | None = None
 
@@ -93,7 +98,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._resolver
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config, "_resolver": None, "_target": None}
+        return {"layout": self.layout, "config": self.config, "_resolver": None, "_target": None}
 
     # -- driver side ---------------------------------------------------------------------------------------------
     def initialOffset(self) -> SourceOffset:
@@ -155,7 +160,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.config.isolation_level,
             self.config.passthrough,
         )
-        for chunk in read_messages(
+        chunks = read_messages(
             conf,
             partition.topic,
             partition.partition,
@@ -163,5 +168,5 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partition.until,
             self.config.batch_size,
             self.config.read_timeout_ms,
-        ):
-            yield messages_to_batch(chunk)
+        )
+        yield from decode_batches(self.layout, (messages_to_batch(chunk) for chunk in chunks))
