@@ -25,7 +25,9 @@ def bench_broker() -> Iterator[str]:
         yield external
         return
     broker = LocalBroker(
-        BrokerSettings(name="bench", state_dir=Path(tempfile.mkdtemp(prefix="ek-bench-")) / "broker", heap="1g")
+        BrokerSettings(
+            name="bench", state_dir=Path(tempfile.mkdtemp(prefix="ek-bench-")) / "broker", heap="1g"
+        )
     )
     status = broker.start()
     try:
@@ -61,8 +63,10 @@ def _tree_rss(root: int) -> dict[str, int]:
     while stack:
         pid = stack.pop()
         stack.extend(children.get(pid, []))
-        kind = "java" if names.get(pid, "").startswith("java") else (
-            "python" if names.get(pid, "").startswith("python") else "other"
+        kind = (
+            "java"
+            if names.get(pid, "").startswith("java")
+            else ("python" if names.get(pid, "").startswith("python") else "other")
         )
         total[kind] = total.get(kind, 0) + rss.get(pid, 0)
     return total
@@ -101,7 +105,10 @@ def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -
     if not values:
         return {}
     ordered = sorted(values)
-    return {f"p{int(p)}": ordered[min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1)] for p in points}
+    return {
+        f"p{int(p)}": ordered[min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1)]
+        for p in points
+    }
 
 
 def write_result(name: str, result: dict[str, object]) -> Path:

@@ -21,13 +21,13 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MemorySampler, bench_broker, percentiles, write_result  # noqa: E402
+from common import MemorySampler, bench_broker, percentiles, write_result
 
-from ethereal_kafka.config import KafkaSinkConfig  # noqa: E402
-from ethereal_kafka.connectors.kafka.sink import KafkaSink  # noqa: E402
-from ethereal_kafka.runtime.spark import local_session  # noqa: E402
-from ethereal_kafka.serde import SerdeSpec  # noqa: E402
-from ethereal_kafka.testing.kafka_io import create_topic, read_all  # noqa: E402
+from ethereal_kafka.config import KafkaSinkConfig
+from ethereal_kafka.connectors.kafka.sink import KafkaSink
+from ethereal_kafka.runtime.spark import local_session
+from ethereal_kafka.serde import SerdeSpec
+from ethereal_kafka.testing.kafka_io import create_topic, read_all
 
 REPO = Path(__file__).resolve().parents[1]
 AVSC = str(REPO / "serde" / "order.avsc")
@@ -38,14 +38,23 @@ def feed(bootstrap: str, topic: str, fmt: str, records: int) -> float:
     """Produce `records` orders in the chosen format; returns the seconds it took."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
     codec = SerdeSpec(field="value", format="avro", schema_file=AVSC).build() if fmt == "avro" else None
     began = time.monotonic()
     chunk = 50_000
     for start in range(0, records, chunk):
-        orders = [{"order_id": i, "customer": f"c{i % 97}", "amount": float(i % 1000) / 10}
-                  for i in range(start, min(records, start + chunk))]
+        orders = [
+            {"order_id": i, "customer": f"c{i % 97}", "amount": float(i % 1000) / 10}
+            for i in range(start, min(records, start + chunk))
+        ]
         if codec is not None:
             values = codec.encode(pa.array(orders, codec.arrow_type()), topic)
         else:
@@ -63,7 +72,9 @@ def feed(bootstrap: str, topic: str, fmt: str, records: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--format", choices=["json", "avro"], default="json")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=2)
@@ -79,8 +90,13 @@ def main() -> None:
 
         serde = {"value.format": args.format}
         serde.update({"value.schema.file": AVSC} if args.format == "avro" else {"value.schema": DDL})
-        source = {"bootstrap.servers": bootstrap, "topics": src, "starting.offsets": "earliest",
-                  "max.records.per.epoch": str(args.max_records_per_epoch), **serde}
+        source = {
+            "bootstrap.servers": bootstrap,
+            "topics": src,
+            "starting.offsets": "earliest",
+            "max.records.per.epoch": str(args.max_records_per_epoch),
+            **serde,
+        }
         sink = KafkaSinkConfig.from_properties(
             {"bootstrap.servers": bootstrap, "topic": dst, "value.column": "*", **serde}
         )

@@ -1,4 +1,4 @@
-"""pytest plugin: `kafka_cluster`, `topic_factory`, `kafka_bootstrap` and `spark` fixtures.
+"""pytest plugin: `kafka_cluster`, `topic_factory`, `kafka_bootstrap`, `schema_registry` and `spark` fixtures.
 
 Registered through the `pytest11` entry point. The cluster fixture reports which backend ran in the terminal summary
 and, at session end, checks that no broker JVM it started is left running.
@@ -16,6 +16,9 @@ import pytest
 
 from ethereal_kafka.testing.cluster import KafkaCluster, leaked_broker_pids, start_cluster
 from ethereal_kafka.testing.kafka_io import create_topic
+from ethereal_kafka.testing.registry import schema_registry
+
+__all__ = ["checkpoint_dir", "kafka_bootstrap", "kafka_cluster", "schema_registry", "spark", "topic_factory"]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -54,11 +54,20 @@ def test_json_round_trip_with_typed_columns(
     orders = _orders(200)
     produce(bs, src, [(str(o["customer"]).encode(), json.dumps(o).encode()) for o in orders])
     source = {
-        "bootstrap.servers": bs, "topics": src, "starting.offsets": "earliest",
-        "key.format": "string", "value.format": "json", "value.schema": ORDER_DDL,
+        "bootstrap.servers": bs,
+        "topics": src,
+        "starting.offsets": "earliest",
+        "key.format": "string",
+        "value.format": "json",
+        "value.schema": ORDER_DDL,
     }
-    sink = {"bootstrap.servers": bs, "topic": dst, "key.column": "key", "value.format": "json",
-            "value.column": "*"}
+    sink = {
+        "bootstrap.servers": bs,
+        "topic": dst,
+        "key.column": "key",
+        "value.format": "json",
+        "value.column": "*",
+    }
 
     def transform(frame: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
@@ -91,14 +100,25 @@ def test_avro_round_trip_with_local_schema(
     orders = _orders(150)
     encoded = codec.encode(pa.array(orders, codec.arrow_type()), src)
     produce(bs, src, [(None, v) for v in encoded])
-    source = {"bootstrap.servers": bs, "topics": src, "starting.offsets": "earliest",
-              "value.format": "avro", "value.schema.file": avsc}
-    sink = {"bootstrap.servers": bs, "topic": dst, "value.format": "avro", "value.schema.file": avsc,
-            "value.column": "*"}
+    source = {
+        "bootstrap.servers": bs,
+        "topics": src,
+        "starting.offsets": "earliest",
+        "value.format": "avro",
+        "value.schema.file": avsc,
+    }
+    sink = {
+        "bootstrap.servers": bs,
+        "topic": dst,
+        "value.format": "avro",
+        "value.schema.file": avsc,
+        "value.column": "*",
+    }
     _run_to_sink(spark, source, sink, lambda f: f.select("order_id", "customer", "amount"), tmp_path / "ckpt")
     got = read_committed(bs, dst)
-    back = codec.decode(pa.array([r.value for r in got], pa.binary()), [dst] * len(got), [0] * len(got),
-                        list(range(len(got))))
+    back = codec.decode(
+        pa.array([r.value for r in got], pa.binary()), [dst] * len(got), [0] * len(got), list(range(len(got)))
+    )
     assert back.errors == {}
     assert sorted(back.values.to_pylist(), key=lambda o: o["order_id"]) == orders
 
@@ -126,8 +146,16 @@ def test_poison_records_go_to_the_dead_letter_topic_and_nothing_is_lost(
     bs = kafka_cluster.bootstrap
     src, dst, dlq = topic_factory(), topic_factory(), topic_factory()
     good, bad = _poison_input(bs, src)
-    source = {"bootstrap.servers": bs, "topics": src, "starting.offsets": "earliest", "value.format": "json",
-              "value.schema": ORDER_DDL, "on.error": "dlq", "dlq.topic": dlq, "max.records.per.epoch": "50"}
+    source = {
+        "bootstrap.servers": bs,
+        "topics": src,
+        "starting.offsets": "earliest",
+        "value.format": "json",
+        "value.schema": ORDER_DDL,
+        "on.error": "dlq",
+        "dlq.topic": dlq,
+        "max.records.per.epoch": "50",
+    }
     sink = {"bootstrap.servers": bs, "topic": dst, "value.format": "json", "value.column": "*"}
     _run_to_sink(spark, source, sink, lambda f: f.select("offset", "order_id"), tmp_path / "ckpt")
     out = read_committed(bs, dst)
@@ -152,8 +180,14 @@ def test_skip_policy_drops_poison_records(
 ) -> None:
     src = topic_factory()
     good, _ = _poison_input(kafka_cluster.bootstrap, src)
-    opts = {"bootstrap.servers": kafka_cluster.bootstrap, "topics": src, "starting.offsets": "earliest",
-            "value.format": "json", "value.schema": ORDER_DDL, "on.error": "skip"}
+    opts = {
+        "bootstrap.servers": kafka_cluster.bootstrap,
+        "topics": src,
+        "starting.offsets": "earliest",
+        "value.format": "json",
+        "value.schema": ORDER_DDL,
+        "on.error": "skip",
+    }
     rows, _ = read_source_available(spark, opts, tmp_path / "ckpt")
     assert sorted(r["offset"] for r in rows) == good
 
@@ -163,8 +197,13 @@ def test_fail_policy_stops_the_query_naming_the_record(
 ) -> None:
     src = topic_factory()
     _poison_input(kafka_cluster.bootstrap, src)
-    opts = {"bootstrap.servers": kafka_cluster.bootstrap, "topics": src, "starting.offsets": "earliest",
-            "value.format": "json", "value.schema": ORDER_DDL}
+    opts = {
+        "bootstrap.servers": kafka_cluster.bootstrap,
+        "topics": src,
+        "starting.offsets": "earliest",
+        "value.format": "json",
+        "value.schema": ORDER_DDL,
+    }
     with pytest.raises(Exception, match=rf"{src}.*\b3\b") as info:
         read_source_available(spark, opts, tmp_path / "ckpt")
     assert "SerdeError" in str(info.value) or "offset" in str(info.value)
@@ -205,8 +244,86 @@ def test_source_config_rejects_a_decoded_field_shadowing_a_kafka_column(kafka_cl
     from ethereal_kafka.errors import ConfigError
 
     cfg = KafkaSourceConfig.from_properties(
-        {"bootstrap.servers": kafka_cluster.bootstrap, "topics": "t", "value.format": "json",
-         "value.schema": "timestamp bigint, amount double"}
+        {
+            "bootstrap.servers": kafka_cluster.bootstrap,
+            "topics": "t",
+            "value.format": "json",
+            "value.schema": "timestamp bigint, amount double",
+        }
     )
-    with pytest.raises(ConfigError, match="value.fields.prefix"):
+    with pytest.raises(ConfigError, match=r"value\.fields\.prefix"):
         SourceLayout.from_config(cfg)
+
+
+def test_avro_with_schema_registry_round_trip_and_evolution(
+    spark: SparkSession,
+    kafka_cluster: KafkaCluster,
+    schema_registry: object,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+) -> None:
+    """Confluent wire format through Spark: v1 and v2 writers in one topic, read with the v2 schema as reader."""
+    import pyarrow as pa
+
+    from ethereal_kafka.serde import SerdeSpec
+
+    bs = kafka_cluster.bootstrap
+    url = schema_registry.url  # type: ignore[attr-defined]
+    src, dst = topic_factory(), topic_factory()
+    v1 = (
+        SerdeSpec(
+            field="value",
+            format="avro",
+            registry_url=url,
+            subject=f"{src}-value",
+            schema_file=str(REPO / "serde" / "order.avsc"),
+        )
+        .resolve()
+        .build()
+    )
+    v2_file = str(REPO / "serde" / "order_v2.avsc")
+    v2 = (
+        SerdeSpec(field="value", format="avro", registry_url=url, subject=f"{src}-value", schema_file=v2_file)
+        .resolve()
+        .build()
+    )
+    old = _orders(30)
+    new = [{**o, "order_id": 100 + i, "currency": "USD"} for i, o in enumerate(_orders(30))]
+    produce(bs, src, [(None, v) for v in v1.encode(pa.array(old, v1.arrow_type()), src)])
+    produce(bs, src, [(None, v) for v in v2.encode(pa.array(new, v2.arrow_type()), src)])
+    source = {
+        "bootstrap.servers": bs,
+        "topics": src,
+        "starting.offsets": "earliest",
+        "value.format": "avro",
+        "schema.registry.url": url,
+        "value.schema.file": v2_file,
+    }
+    sink = {
+        "bootstrap.servers": bs,
+        "topic": dst,
+        "value.format": "avro",
+        "schema.registry.url": url,
+        "value.schema.file": v2_file,
+        "value.column": "*",
+    }
+    _run_to_sink(
+        spark,
+        source,
+        sink,
+        lambda f: f.select("order_id", "customer", "amount", "currency"),
+        tmp_path / "ckpt",
+    )
+    got = read_committed(bs, dst)
+    reader = (
+        SerdeSpec(field="value", format="avro", registry_url=url, subject=f"{dst}-value", schema_file=v2_file)
+        .resolve()
+        .build()
+    )
+    back = reader.decode(
+        pa.array([r.value for r in got], pa.binary()), [dst] * len(got), [0] * len(got), list(range(len(got)))
+    )
+    assert back.errors == {}
+    assert all(r.value is not None and r.value[0] == 0 for r in got), "Confluent wire format: magic byte 0"
+    rows = sorted(back.values.to_pylist(), key=lambda o: o["order_id"])
+    assert rows == [{**o, "currency": "EUR"} for o in old] + new, "v1 records get the v2 default"

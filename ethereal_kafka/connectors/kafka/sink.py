@@ -88,7 +88,7 @@ def produce_arrow(
 
     key_codec = _codec(key_spec)
     value_codec = _codec(value_spec)
-    routing = _ROUTING + (config.key_column,)
+    routing = (*_ROUTING, config.key_column)
     sent = 0
     for batch in batches:
         n = batch.num_rows

@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import consumer_config
+from ethereal_kafka.connectors.kafka.decoding import SourceLayout, decode_batches
 from ethereal_kafka.connectors.kafka.offsets import (
     SourceOffset,
     TopicPartitionKey,
@@ -39,7 +40,6 @@ from ethereal_kafka.connectors.kafka.offsets import (
     to_flat,
 )
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
-from ethereal_kafka.connectors.kafka.decoding import SourceLayout, decode_batches
 from ethereal_kafka.connectors.kafka.range_reader import messages_to_batch, read_messages
 
 

@@ -1,0 +1,340 @@
+"""The `json` format: one JSON object per record, typed by a Spark DDL field list.
+
+Decoding reads a whole batch with Arrow's JSON reader and an explicit schema (unexpected fields ignored); only when
+that fails, or for records it cannot read safely, are records parsed one by one with `json.loads` to find the bad
+ones. Both paths accept the same inputs: a record is good when it is one JSON object whose declared fields convert
+to their type without loss (missing fields and JSON nulls are null; an int field rejects 1.5 and "1"; a decimal
+rejects digits beyond its scale).
+
+JSON representation of special types, both ways:
+    timestamp: ISO-8601 string; encoded in UTC with microseconds and a `Z` suffix; decoded from any ISO-8601 form,
+        a string without offset meaning UTC. timestamp_ntz: the same without suffix.
+    date: "YYYY-MM-DD".
+    decimal: encoded as a JSON string of its exact digits ("12.50") so no reader rounds it through a double;
+        decoded from a string or a number.
+    binary: base64 string.
+    map<string,T>: JSON object.
+    float/double: NaN and infinities are not JSON: encoding them is an error, decoding rejects them.
+Encoding writes every declared field in declared order, nulls included, compact (`{"a":1,"b":null}`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import decimal
+import io
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.serde.base import Codec, DecodeResult, SerdeSpec
+from ethereal_kafka.serde.ddl import DdlError, parse_ddl
+from ethereal_kafka.serde.errors import SerdeError
+
+#: Chunks of at most this many records are parsed one by one when their bulk read fails.
+_BISECT_MIN = 32
+#: At most this many failed bulk reads are split again per batch; after that, failures go record by record.
+_BISECT_BUDGET = 256
+
+_INT_RANGES = {
+    8: (-(2**7), 2**7 - 1),
+    16: (-(2**15), 2**15 - 1),
+    32: (-(2**31), 2**31 - 1),
+    64: (-(2**63), 2**63 - 1),
+}
+
+
+class JsonCodec(Codec):
+    """`format=json` with a Spark DDL schema. Decodes to a struct; encodes a struct column to JSON objects."""
+
+    def __init__(self, spec: SerdeSpec) -> None:
+        """Parse the DDL once.
+
+        Raises:
+            ConfigError: the DDL is missing or does not parse.
+        """
+        super().__init__(spec)
+        try:
+            self._type = parse_ddl(spec.spark_ddl or "")
+        except DdlError as exc:
+            raise ConfigError(f"{spec.field}.schema={spec.spark_ddl!r}: {exc}") from exc
+        self._schema = pa.schema(list(self._type))
+        self._vectorized = all(_arrow_reads(f.type) for f in self._type)
+
+    def arrow_type(self) -> pa.DataType:
+        """The declared struct, all fields nullable."""
+        return self._type
+
+    def decode(
+        self, raw: pa.Array, topics: Sequence[str], partitions: Sequence[int], offsets: Sequence[int]
+    ) -> DecodeResult:
+        """Decode a batch; see the module docstring for what a good record is. Never raises for bad records.
+
+        Records Arrow can read safely are read in bulk; when a bulk read fails, the records are halved and each
+        half read again (a bounded number of times), so a few bad records cost a few extra bulk reads and only
+        the small chunks around them are parsed record by record.
+        """
+        data: list[bytes | None] = raw.to_pylist()
+        candidates = [
+            i for i, d in enumerate(data) if d is not None and self._vectorized and _single_object_line(d)
+        ]
+        order, parts, rejected = self._read_bisecting(data, candidates)
+        if len(order) == len(data) and len(parts) == 1:
+            return DecodeResult(parts[0], {})
+        in_bulk = set(order)
+        slow = sorted(set(rejected) | {i for i, d in enumerate(data) if d is not None and i not in in_bulk})
+        rows: list[Any] = []
+        errors: dict[int, SerdeError] = {}
+        for i in slow:
+            try:
+                rows.append(self._decode_one(data[i]))  # type: ignore[arg-type]
+            except (ValueError, TypeError, OverflowError, decimal.InvalidOperation) as exc:
+                errors[i] = self._decode_error(str(exc), i, data[i], topics, partitions, offsets, exc)
+                rows.append(None)
+        parts.append(pa.array(rows, type=self._type))
+        positions: list[int | None] = [None] * len(data)
+        for k, i in enumerate(order + slow):
+            positions[i] = k
+        values = pc.take(pa.concat_arrays(parts), pa.array(positions, pa.int64()))
+        return DecodeResult(values, errors)
+
+    def _read_bisecting(
+        self, data: list[bytes | None], indices: list[int]
+    ) -> tuple[list[int], list[pa.Array], list[int]]:
+        """Bulk-read `indices`, halving chunks that fail; return (rows read in bulk in order, their arrays, rest)."""
+        order: list[int] = []
+        parts: list[pa.Array] = []
+        rejected: list[int] = []
+        pending = [indices] if indices else []
+        budget = _BISECT_BUDGET
+        while pending:
+            chunk = pending.pop()
+            values = self._read_batch([data[i] for i in chunk])  # type: ignore[misc]
+            if values is not None:
+                order += chunk
+                parts.append(values)
+            elif len(chunk) <= _BISECT_MIN or budget <= 0:
+                rejected += chunk
+            else:
+                budget -= 1
+                middle = len(chunk) // 2
+                pending += [chunk[middle:], chunk[:middle]]
+        return order, parts, rejected
+
+    def _read_batch(self, records: list[bytes]) -> pa.Array | None:
+        # Every record is one line starting with "{" and ending with "}", so it yields at least one row: the row
+        # count equals the record count exactly when each record is one object, which keeps rows aligned.
+        buffer = b"\n".join(records)
+        try:
+            table = pa_json.read_json(
+                io.BytesIO(buffer),
+                read_options=pa_json.ReadOptions(block_size=max(1 << 20, len(buffer) + 1)),
+                parse_options=pa_json.ParseOptions(
+                    explicit_schema=self._schema, unexpected_field_behavior="ignore"
+                ),
+            )
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        if table.num_rows != len(records):
+            return None
+        table = table.select(self._schema.names)
+        return pa.StructArray.from_arrays(
+            [table.column(name).combine_chunks() for name in self._schema.names], fields=list(self._type)
+        )
+
+    def _decode_one(self, data: bytes) -> dict[str, Any]:
+        try:
+            obj = json.loads(data, parse_constant=_reject_constant)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not UTF-8 JSON: {exc.reason} at byte {exc.start}") from exc
+        if not isinstance(obj, dict):
+            raise ValueError(f"expected a JSON object, got JSON {_json_kind(obj)}")
+        return {f.name: _from_json(obj.get(f.name), f.type, f.name) for f in self._type}
+
+    def encode(self, values: pa.Array, topic: str) -> list[bytes | None]:
+        """Encode a struct column as JSON objects (declared fields, declared order); string/binary pass through.
+
+        Raises:
+            SerdeError: the column lacks a declared field or has an unsupported type (row 0), or a row holds a
+                value JSON cannot represent (NaN, infinity).
+        """
+        t = values.type
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return [None if v is None else v.encode("utf-8") for v in values.to_pylist()]
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return list(values.to_pylist())
+        if not pa.types.is_struct(t):
+            exc = TypeError(f"json format encodes struct, string or binary columns, not {t}")
+            raise self._encode_error(str(exc), 0, topic, None, exc) from exc
+        column_types = {f.name: f.type for f in t}
+        missing = [f.name for f in self._type if f.name not in column_types]
+        if missing:
+            exc = TypeError(
+                f"the column has no field(s) {', '.join(missing)} declared in {self.spec.field}.schema"
+            )
+            raise self._encode_error(str(exc), 0, topic, None, exc) from exc
+        out: list[bytes | None] = []
+        for i, row in enumerate(values.to_pylist()):
+            if row is None:
+                out.append(None)
+                continue
+            try:
+                obj = {f.name: _to_json(row[f.name], column_types[f.name]) for f in self._type}
+                out.append(
+                    json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+                )
+            except (ValueError, TypeError) as exc:
+                raise self._encode_error(str(exc), i, topic, row, exc) from exc
+        return out
+
+
+def _arrow_reads(t: pa.DataType) -> bool:
+    """True if Arrow's JSON reader converts `t` exactly as `_from_json` does."""
+    if pa.types.is_struct(t):
+        return all(_arrow_reads(f.type) for f in t)
+    if pa.types.is_list(t):
+        return _arrow_reads(t.value_type)
+    if pa.types.is_timestamp(t):
+        return t.tz is not None
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_string(t)
+        or pa.types.is_decimal(t)
+    )
+
+
+def _single_object_line(data: bytes) -> bool:
+    # Also keeps a bare `null` record away from the Arrow reader, which crashes on one in first position.
+    stripped = data.strip()
+    return stripped[:1] == b"{" and stripped[-1:] == b"}" and b"\n" not in stripped and b"\r" not in stripped
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _from_json(value: Any, t: pa.DataType, path: str) -> Any:
+    """Convert a `json.loads` value to the Python value Arrow builds `t` from; ValueError/TypeError if it can't."""
+    if value is None:
+        return None
+    if pa.types.is_boolean(t):
+        if isinstance(value, bool):
+            return value
+    elif pa.types.is_integer(t):
+        if isinstance(value, int) and not isinstance(value, bool):
+            low, high = _INT_RANGES[t.bit_width]
+            if not low <= value <= high:
+                raise ValueError(f"{path}: {value} is out of range for {t}")
+            return value
+    elif pa.types.is_floating(t):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif pa.types.is_string(t):
+        if isinstance(value, str):
+            return value
+    elif pa.types.is_decimal(t):
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return _decimal(value, t, path)
+    elif pa.types.is_timestamp(t):
+        if isinstance(value, str):
+            return _timestamp(value, t, path)
+    elif pa.types.is_date(t):
+        if isinstance(value, str):
+            return dt.date.fromisoformat(value)
+    elif pa.types.is_binary(t):
+        if isinstance(value, str):
+            try:
+                return base64.b64decode(value, validate=True)
+            except binascii.Error as exc:
+                raise ValueError(f"{path}: not base64: {exc}") from exc
+    elif pa.types.is_list(t):
+        if isinstance(value, list):
+            return [_from_json(v, t.value_type, f"{path}[{i}]") for i, v in enumerate(value)]
+    elif pa.types.is_map(t):
+        if isinstance(value, dict):
+            if not pa.types.is_string(t.key_type):
+                raise TypeError(f"{path}: JSON objects only map to map<string,...>, not {t}")
+            return [(k, _from_json(v, t.item_type, f"{path}.{k}")) for k, v in value.items()]
+    elif pa.types.is_struct(t):
+        if isinstance(value, dict):
+            return {f.name: _from_json(value.get(f.name), f.type, f"{path}.{f.name}") for f in t}
+    else:
+        raise TypeError(f"{path}: unsupported type {t}")
+    raise TypeError(f"{path}: expected {t}, got JSON {_json_kind(value)} {_short(value)}")
+
+
+def _decimal(value: str | int | float, t: pa.Decimal128Type, path: str) -> decimal.Decimal:
+    number = decimal.Decimal(str(value)) if not isinstance(value, str) else decimal.Decimal(value.strip())
+    if not number.is_finite():
+        raise ValueError(f"{path}: {value!r} is not a finite decimal")
+    scaled = number.quantize(decimal.Decimal(1).scaleb(-t.scale))
+    if scaled != number:
+        raise ValueError(f"{path}: {value!r} has more than {t.scale} decimal places")
+    if len(scaled.as_tuple().digits) > t.precision:
+        raise ValueError(f"{path}: {value!r} has more than {t.precision} digits")
+    return scaled
+
+
+def _timestamp(value: str, t: pa.TimestampType, path: str) -> dt.datetime:
+    try:
+        parsed = dt.datetime.fromisoformat(value.strip())
+    except ValueError as exc:
+        raise ValueError(f"{path}: {value!r} is not an ISO-8601 timestamp") from exc
+    if t.tz is None:
+        return parsed.replace(tzinfo=None)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=dt.UTC)
+    return parsed.astimezone(dt.UTC)
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {
+        type(None): "null",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _to_json(value: Any, t: pa.DataType) -> Any:
+    """Convert an Arrow `to_pylist` value of type `t` to what `json.dumps` writes (see the module docstring)."""
+    if value is None:
+        return None
+    if pa.types.is_timestamp(t):
+        if t.tz is None:
+            return value.isoformat(timespec="microseconds")
+        return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    if pa.types.is_date(t):
+        return value.isoformat()
+    if pa.types.is_decimal(t):
+        return format(value, "f")
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return base64.b64encode(value).decode("ascii")
+    if pa.types.is_floating(t) and not math.isfinite(value):
+        raise ValueError(f"{value} cannot be written as JSON")
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [_to_json(v, t.value_type) for v in value]
+    if pa.types.is_map(t):
+        return {str(k): _to_json(v, t.item_type) for k, v in value}
+    if pa.types.is_struct(t):
+        return {f.name: _to_json(value[f.name], f.type) for f in t}
+    return value
