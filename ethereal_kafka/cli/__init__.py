@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ethereal_kafka.cli import broker_cmd, demo_cmd, validate_cmd
+from ethereal_kafka.cli import broker_cmd, demo_cmd, run_cmd, validate_cmd
 from ethereal_kafka.errors import EtherealKafkaError
 
 
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker_cmd.register(sub)
     demo_cmd.register(sub)
     validate_cmd.register(sub)
+    run_cmd.register(sub)
     return parser
 
 

@@ -57,7 +57,12 @@ class KafkaSourceConfig(SerdeSettings):
     bootstrap_servers: str = setting(key="bootstrap.servers", doc="Kafka bootstrap servers")
     topics: tuple[str, ...] = setting((), key="topics", doc="comma-separated topics to read")
     topic_pattern: str | None = setting(None, key="topic.pattern", doc="regular expression of topics to read")
-    group_id: str = setting("ethereal-kafka", key="group.id", doc="consumer group holding the job's offsets")
+    group_id: str | None = setting(
+        None, key="group.id", doc="consumer group holding the job's offsets (default: the job's app.id)"
+    )
+    checkpoint_location: str | None = setting(
+        None, key="checkpoint.location", doc="set by the job runner: pins the initial offsets of a checkpoint"
+    )
     starting_offsets: str = setting(
         "group-offsets",
         key="starting.offsets",
@@ -91,6 +96,11 @@ class KafkaSourceConfig(SerdeSettings):
     )
     on_error: str = setting("fail", key="on.error", choices=ERROR_POLICIES, doc="poison record policy")
     dlq_topic: str | None = setting(None, key="dlq.topic", doc="dead-letter topic (policy dlq)")
+
+    @property
+    def group(self) -> str:
+        """The consumer group: `group.id`, else `ethereal-kafka` (a job sets it to its app.id)."""
+        return self.group_id or "ethereal-kafka"
 
     def validate(self) -> None:
         """Exactly one of `topics` / `topic.pattern`; a dead-letter topic with policy dlq."""

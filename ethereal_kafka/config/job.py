@@ -48,6 +48,17 @@ class JobConfig(Model):
     )
     trigger_interval_ms: int = setting(1000, key="trigger.interval.ms", check=positive, doc="epoch interval")
     spark_master: str = setting("local[2]", key="spark.master", doc="Spark master URL")
+    transaction_timeout_ms: int = setting(
+        60000, key="transaction.timeout.ms", check=positive, doc="sink transaction timeout (exactly-once)"
+    )
+    sink_tasks: int = setting(
+        2, key="sink.tasks", check=positive, doc="sink tasks of shuffling jobs (fixed for life)"
+    )
+    replay_from: str | None = setting(
+        None,
+        key="replay.from",
+        doc="start a fresh checkpoint from this position (stateful jobs after a reset)",
+    )
 
     def validate(self) -> None:
         """At least one source and one sink."""

@@ -77,7 +77,11 @@ def start_cluster(state_root: Path | None = None) -> KafkaCluster:
     if os.environ.get("ETHEREAL_KAFKA_NO_DOCKER") != "1" and docker_available():
         return _start_container()
     root = state_root or Path(tempfile.mkdtemp(prefix="ethereal-kafka-test-"))
-    broker = LocalBroker(BrokerSettings(name="pytest", state_dir=root / f"pytest-broker-{os.getpid()}"))
+    # Tests check that timed-out transactions are aborted: let the broker look for them every second.
+    overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+    broker = LocalBroker(
+        BrokerSettings(name="pytest", state_dir=root / f"pytest-broker-{os.getpid()}", overrides=overrides)
+    )
     status = broker.start()
     assert status.bootstrap is not None
     return KafkaCluster(

@@ -26,9 +26,10 @@ def from_flat(flat: Mapping[TopicPartitionKey, int]) -> SourceOffset:
 
 
 def ranges(
-    start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]]
+    start: Mapping[str, Mapping[str, int]], end: Mapping[str, Mapping[str, int]], include_empty: bool = False
 ) -> list[tuple[str, int, int, int]]:
-    """Return the non-empty `(topic, partition, from, until)` ranges between two offsets, sorted.
+    """Return the `(topic, partition, from, until)` ranges between two offsets, sorted by topic-partition;
+    empty ones only with `include_empty`.
 
     A partition absent from `start` (added while the job ran) is read from offset 0, which the consumer resets
     to the earliest retained offset: the same records on every replay.
@@ -37,8 +38,8 @@ def ranges(
     out = []
     for (topic, partition), until in sorted(to_flat(end).items()):
         frm = begin.get((topic, partition), 0)
-        if until > frm:
-            out.append((topic, partition, frm, until))
+        if until > frm or include_empty:
+            out.append((topic, partition, frm, max(frm, until)))
     return out
 
 

@@ -37,7 +37,7 @@ class PositionResolver:
         if self._consumer is None:
             conf = consumer_config(
                 self.config.bootstrap_servers,
-                self.config.group_id,
+                self.config.group,
                 self.config.isolation_level,
                 self.config.passthrough,
             )

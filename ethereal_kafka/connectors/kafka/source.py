@@ -14,8 +14,11 @@ Contract with Spark (see SPARK-NOTES.md):
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import pyarrow as pa
@@ -102,8 +105,31 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- driver side ---------------------------------------------------------------------------------------------
     def initialOffset(self) -> SourceOffset:
-        """Start positions per `starting.offsets` (only for a query without a checkpoint)."""
-        return from_flat(self.resolver.initial())
+        """Start positions per `starting.offsets` (only for a query without a checkpoint).
+
+        Spark does not log a Python source's initial offset: a query that crashes during its first epoch asks
+        again. With `checkpoint.location` set (jobs set it), the first answer is pinned in the checkpoint and
+        returned on every later call, so the replayed first epoch reads the same records.
+        """
+        pinned = self._pinned_initial_path()
+        if pinned is not None and pinned.exists():
+            return cast(SourceOffset, json.loads(pinned.read_text(encoding="utf-8")))
+        offsets = from_flat(self.resolver.initial())
+        if pinned is not None:
+            pinned.parent.mkdir(parents=True, exist_ok=True)
+            partial = pinned.with_suffix(".partial")
+            partial.write_text(json.dumps(offsets), encoding="utf-8")
+            os.replace(partial, pinned)
+        return offsets
+
+    def _pinned_initial_path(self) -> Path | None:
+        if not self.config.checkpoint_location:
+            return None
+        return (
+            Path(self.config.checkpoint_location)
+            / "ethereal-kafka"
+            / f"initial-offsets-{self.config.name}.json"
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """`ReadMaxRows(max.records.per.epoch)`, or everything available when it is 0."""
@@ -138,8 +164,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return from_flat(self.resolver.latest(self.resolver.topic_partitions()))
 
     def partitions(self, start: SourceOffset, end: SourceOffset) -> Sequence[InputPartition]:
-        """One input partition per Kafka partition with records in `[start, end)`; pure."""
-        return [KafkaInputPartition(t, p, a, b) for t, p, a, b in ranges(start, end)]
+        """One input partition per Kafka partition in `end`, in sorted order, empty ranges included; pure.
+
+        Keeping empty ranges makes Spark partition i of every epoch the i-th partition of `end`, so a
+        partition-preserving sink task knows which input partition (and group offset) it owns.
+        """
+        return [KafkaInputPartition(t, p, a, b) for t, p, a, b in ranges(start, end, include_empty=True)]
 
     def commit(self, end: SourceOffset) -> None:
         """Spark finished `end`; offsets are committed to Kafka by the sink/coordinator, not here."""
@@ -154,9 +184,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one planned range as Arrow batches; runs in a Spark task on an executor."""
         assert isinstance(partition, KafkaInputPartition)
+        if partition.until <= partition.start:
+            return
         conf = consumer_config(
             self.config.bootstrap_servers,
-            f"{self.config.group_id}.reader",
+            f"{self.config.group}.reader",
             self.config.isolation_level,
             self.config.passthrough,
         )

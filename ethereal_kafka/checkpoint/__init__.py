@@ -1,0 +1,1 @@
+"""The checkpoint coordinator: epochs, transactional id pool, fencing, epoch markers, recovery, history."""

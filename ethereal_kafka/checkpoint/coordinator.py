@@ -1,0 +1,429 @@
+"""The checkpoint coordinator (driver side): start-up fencing and recovery checks, and each epoch's write.
+
+`prepare()` runs once before the queries start: it checks that the job can resume safely, creates the progress
+topic, claims the app for this instance, checks the transaction timeout against the broker, and runs
+`init_transactions` over the whole transactional id pool (fencing zombies and aborting their open transactions).
+
+`EpochWriter` is the `foreachBatch` function of one sink. For epoch N it reads N's end offsets from Spark's offset log,
+plans the sink tasks, runs them (phase one, `txn_task`), then for shuffling jobs commits the input end offsets to the
+job's consumer group (phase two) and records the epoch in the history. Only when it returns does Spark write its
+commit log, so Kafka is never behind Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import ConfigResource, NewTopic
+
+from ethereal_kafka.checkpoint.clients import group_consumer
+from ethereal_kafka.checkpoint.errors import FencedError, RecoveryError
+from ethereal_kafka.checkpoint.markers import EpochMarker
+from ethereal_kafka.checkpoint.plan import (
+    PARTITION_PRESERVING,
+    SHUFFLING,
+    EpochPlan,
+    TaskSlot,
+    progress_topic,
+    transactional_id,
+)
+from ethereal_kafka.checkpoint.spark_log import checkpoint_id, epoch_end_offsets, has_progress
+from ethereal_kafka.checkpoint.txn_task import RESULT_SCHEMA, owner_group, write_task
+from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, with_retries
+from ethereal_kafka.connectors.kafka.positions import PositionResolver
+from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns
+from ethereal_kafka.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ethereal_kafka.checkpoint.history import CheckpointHistory, EpochRecord
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+EXACTLY_ONCE = "exactly-once"
+AT_LEAST_ONCE = "at-least-once"
+AT_MOST_ONCE = "at-most-once"
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    """How the coordinator runs one job.
+
+    Attributes:
+        checkpoint_root: The job's checkpoint folder; sink `s` uses `<root>/<s>`.
+        sink_tasks: Sink tasks (and progress partitions) of shuffling jobs; fixed for the job's life.
+        transaction_timeout_ms: Producer transaction timeout; must be >= the epoch interval and <= the broker's
+            `transaction.max.timeout.ms`.
+        epoch_interval_ms: The trigger interval (checked against the timeout).
+    """
+
+    app_id: str
+    guarantee: str
+    checkpoint_root: str
+    sink_tasks: int = 2
+    transaction_timeout_ms: int = 60000
+    epoch_interval_ms: int = 1000
+
+
+@dataclass(frozen=True)
+class SinkShape:
+    """The classified query feeding one sink."""
+
+    mode: str
+    stateful: bool
+
+
+class CheckpointCoordinator:
+    """Owns the exactly-once protocol for one job run (one instance per app.id at a time)."""
+
+    def __init__(
+        self,
+        settings: CoordinatorSettings,
+        sources: Mapping[str, KafkaSourceConfig],
+        sinks: Mapping[str, KafkaSinkConfig],
+        history: CheckpointHistory | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sources = dict(sources)
+        self.sinks = dict(sinks)
+        self.instance_id = uuid.uuid4().hex[:16]
+        self.shapes: dict[str, SinkShape] = {}
+        self.history = history
+        first = next(iter(self.sinks.values()))
+        self.bootstrap = first.bootstrap_servers
+        self.passthrough = first.passthrough
+
+    # -- start-up ------------------------------------------------------------------------------------------------
+    def location(self, sink: str) -> str:
+        """The Spark checkpoint folder of `sink`'s query."""
+        return f"{self.settings.checkpoint_root.rstrip('/')}/{sink}"
+
+    def prepare(self, shapes: Mapping[str, SinkShape], replaying: bool = False) -> None:
+        """Check recovery, create the progress topic, claim the app, check timeouts, fence the id pool.
+
+        Args:
+            shapes: Per sink, the classified query.
+            replaying: The sources were told to start from an explicit position (a deliberate replay).
+
+        Raises:
+            RecoveryError: a stateful job lost its Spark checkpoint (and is not replaying).
+            ConfigError: the transaction timeout does not fit the epoch interval or the broker's maximum.
+        """
+        self.shapes = dict(shapes)
+        for sink, shape in self.shapes.items():
+            if shape.stateful and not replaying and not has_progress(self.location(sink)):
+                self._refuse_if_ran_before(sink)
+        self._check_transaction_timeout()
+        self._ensure_progress_topic()
+        self._claim()
+        if self.settings.guarantee == EXACTLY_ONCE:
+            self._fence_pool()
+
+    def _refuse_if_ran_before(self, sink: str) -> None:
+        for source in self.sources.values():
+            resolver = PositionResolver(source)
+            try:
+                tps = resolver.topic_partitions()
+                found = group_consumer(source.bootstrap_servers, source.group, source.passthrough).committed(
+                    [TopicPartition(t, p) for t, p in tps], timeout=30
+                )
+            finally:
+                resolver.close()
+            for tp in found:
+                marker = EpochMarker.parse(tp.metadata)
+                if marker is not None and marker.app_id == self.settings.app_id:
+                    raise RecoveryError(
+                        f"stateful job {self.settings.app_id}: its Spark checkpoint {self.location(sink)} is gone but "
+                        f"group {source.group} holds offsets committed at epoch {marker.epoch} of checkpoint "
+                        f"{marker.checkpoint_id}; the operator state is lost. Restore the checkpoint, or replay from "
+                        "an explicit position (`replay.from=earliest|timestamp:<ms>|topic:partition:offset,...`)."
+                    )
+
+    def _check_transaction_timeout(self) -> None:
+        timeout = self.settings.transaction_timeout_ms
+        if self.settings.guarantee != EXACTLY_ONCE:
+            return
+        if timeout < self.settings.epoch_interval_ms:
+            raise ConfigError(
+                f"transaction.timeout.ms={timeout} is shorter than the epoch interval {self.settings.epoch_interval_ms}"
+            )
+        admin = admin_client(self.bootstrap, self.passthrough)
+        brokers = cluster_metadata(admin, self.bootstrap).brokers
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
+        described = with_retries(
+            "broker config query",
+            self.bootstrap,
+            lambda: admin.describe_configs([resource])[resource].result(timeout=30),
+        )
+        entry = described.get("transaction.max.timeout.ms")
+        maximum = int(entry.value) if entry is not None and entry.value else 900000
+        if timeout > maximum:
+            raise ConfigError(
+                f"transaction.timeout.ms={timeout} exceeds the broker's transaction.max.timeout.ms={maximum}"
+            )
+
+    def _ensure_progress_topic(self) -> None:
+        topic = progress_topic(self.settings.app_id)
+        admin = admin_client(self.bootstrap, self.passthrough)
+        existing = cluster_metadata(admin, self.bootstrap).topics.get(topic)
+        if existing is None:
+            futures = admin.create_topics(
+                [NewTopic(topic, max(1, self.settings.sink_tasks), 1, config={"cleanup.policy": "compact"})]
+            )
+            try:
+                futures[topic].result(timeout=30)
+            except Exception as exc:  # created concurrently by another instance: fine
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+        elif len(existing.partitions) < self.settings.sink_tasks:
+            raise ConfigError(
+                f"progress topic {topic} has {len(existing.partitions)} partitions but the job has "
+                f"{self.settings.sink_tasks} sink tasks: sink tasks are fixed for a job's life"
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = cluster_metadata(admin, self.bootstrap).topics.get(topic)
+            if found is not None and found.error is None and found.partitions:
+                return
+            time.sleep(0.1)
+
+    def _claim(self) -> None:
+        consumer = group_consumer(self.bootstrap, owner_group(self.settings.app_id), self.passthrough)
+        claim = TopicPartition(
+            progress_topic(self.settings.app_id), 0, int(time.time() * 1000), self.instance_id
+        )
+        with_retries(
+            "instance claim", self.bootstrap, lambda: consumer.commit(offsets=[claim], asynchronous=False)
+        )
+
+    def check_owner(self) -> None:
+        """Raise FencedError when another instance claimed the app after this one."""
+        consumer = group_consumer(self.bootstrap, owner_group(self.settings.app_id), self.passthrough)
+        found = consumer.committed([TopicPartition(progress_topic(self.settings.app_id), 0)], timeout=30)
+        owner = found[0].metadata if found else None
+        if owner and owner != self.instance_id:
+            raise FencedError(
+                f"app {self.settings.app_id}: another instance ({owner}) took over; this one "
+                f"({self.instance_id}) stops"
+            )
+
+    def pool(self) -> list[str]:
+        """Every transactional id this job's sinks may use."""
+        ids: list[str] = []
+        for sink, shape in self.shapes.items():
+            if shape.mode == PARTITION_PRESERVING:
+                (source,) = self.sources.values()
+                resolver = PositionResolver(source)
+                try:
+                    tps = resolver.topic_partitions()
+                finally:
+                    resolver.close()
+                ids += [transactional_id(self.settings.app_id, sink, f"{t}-{p}") for t, p in tps]
+            else:
+                ids += [
+                    transactional_id(self.settings.app_id, sink, str(p))
+                    for p in range(self.settings.sink_tasks)
+                ]
+        return ids
+
+    def _fence_pool(self) -> None:
+        for txn_id in self.pool():
+            producer = Producer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "transactional.id": txn_id,
+                    "transaction.timeout.ms": str(self.settings.transaction_timeout_ms),
+                    "log_level": "3",
+                    **self.passthrough,
+                }
+            )
+            producer.init_transactions(60)
+            producer.flush(5)
+
+    # -- epochs --------------------------------------------------------------------------------------------------
+    def writer(self, sink: str) -> EpochWriter:
+        """The `foreachBatch` function of `sink`."""
+        return EpochWriter(self, sink)
+
+    def commit_source_offsets(
+        self, ends: list[dict[str, dict[str, int]]], checkpoint: str, epoch: int
+    ) -> None:
+        """Commit epoch end offsets to each source's group, with the epoch marker as metadata (phase two)."""
+        marker = EpochMarker(self.settings.app_id, checkpoint, epoch).render()
+        for offsets in ends:
+            for source in self._sources_of(offsets):
+                tps = [
+                    TopicPartition(t, int(p), int(o), marker)
+                    for t, parts in offsets.items()
+                    if self._reads(source, t)
+                    for p, o in parts.items()
+                ]
+                if not tps:
+                    continue
+                consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
+                with_retries(
+                    f"offset commit for group {source.group}",
+                    source.bootstrap_servers,
+                    lambda c=consumer, o=tps: c.commit(offsets=o, asynchronous=False),  # type: ignore[misc]
+                )
+
+    def _sources_of(self, offsets: Mapping[str, object]) -> list[KafkaSourceConfig]:
+        return [s for s in self.sources.values() if any(self._reads(s, t) for t in offsets)]
+
+    @staticmethod
+    def _reads(source: KafkaSourceConfig, topic: str) -> bool:
+        import re
+
+        if source.topic_pattern is not None:
+            return re.fullmatch(source.topic_pattern, topic) is not None
+        return topic in source.topics
+
+    def record(self, entry: EpochRecord) -> None:
+        """Append an epoch outcome to the checkpoint history (when one is attached)."""
+        if self.history is not None:
+            self.history.record(entry)
+
+
+class EpochWriter:
+    """`foreachBatch` function of one sink under the coordinator (any delivery guarantee)."""
+
+    def __init__(self, coordinator: CheckpointCoordinator, sink: str) -> None:
+        self.coordinator = coordinator
+        self.sink = sink
+        self.config = coordinator.sinks[sink]
+        self.plain = KafkaSink(self.config)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Write epoch `batch_id`; returns only when its output and offsets are committed."""
+        c = self.coordinator
+        began = time.time()
+        location = c.location(self.sink)
+        checkpoint = checkpoint_id(location)
+        ends = epoch_end_offsets(location, batch_id)
+        c.check_owner()
+        check_columns(self.config, batch)
+        shape = c.shapes[self.sink]
+        guarantee = c.settings.guarantee
+        tasks = skipped = 0
+        try:
+            if guarantee == AT_MOST_ONCE:
+                c.commit_source_offsets(ends, checkpoint, batch_id)
+                written = self.plain.write(batch, batch_id)
+                mode = AT_MOST_ONCE
+            elif guarantee == AT_LEAST_ONCE:
+                written = self.plain.write(batch, batch_id)
+                c.commit_source_offsets(ends, checkpoint, batch_id)
+                mode = AT_LEAST_ONCE
+            else:
+                mode = shape.mode
+                written, tasks, skipped = self._exactly_once(batch, batch_id, checkpoint, ends)
+                if mode == SHUFFLING:
+                    c.commit_source_offsets(ends, checkpoint, batch_id)
+        except Exception as exc:
+            c.record(
+                self._entry(
+                    checkpoint, batch_id, shape.mode, ends, 0, tasks, skipped, began, "failed", str(exc)
+                )
+            )
+            raise
+        c.record(
+            self._entry(checkpoint, batch_id, mode, ends, written, tasks, skipped, began, "committed", None)
+        )
+
+    def _exactly_once(
+        self, batch: DataFrame, batch_id: int, checkpoint: str, ends: list[dict[str, dict[str, int]]]
+    ) -> tuple[int, int, int]:
+        c = self.coordinator
+        shape = c.shapes[self.sink]
+        key_spec, value_spec = self.plain.specs(batch)
+        if shape.mode == PARTITION_PRESERVING:
+            (source,) = c.sources.values()
+            inputs = sorted(
+                (t, int(p), int(o))
+                for offsets in ends
+                for t, parts in offsets.items()
+                for p, o in parts.items()
+            )
+            slots = tuple(TaskSlot(f"{t}-{p}", source.group, t, p, o) for t, p, o in inputs)
+            frame = batch
+            partitions = frame.rdd.getNumPartitions()
+            if partitions != len(slots):
+                raise RecoveryError(
+                    f"sink {self.sink}: epoch {batch_id} has {partitions} Spark partitions for {len(slots)} input "
+                    "partitions; a partition-preserving job must keep one Spark partition per Kafka partition"
+                )
+        else:
+            tasks = c.settings.sink_tasks
+            group = f"{c.settings.app_id}.ethereal-progress.{self.sink}"
+            topic = progress_topic(c.settings.app_id)
+            slots = tuple(TaskSlot(str(p), group, topic, p, batch_id + 1) for p in range(tasks))
+            frame = _hash_partitioned(batch, tasks, self.config.key_column)
+        plan = EpochPlan(
+            app_id=c.settings.app_id,
+            instance_id=c.instance_id,
+            checkpoint_id=checkpoint,
+            epoch=batch_id,
+            sink=self.config,
+            key_spec=key_spec,
+            value_spec=value_spec,
+            mode=shape.mode,
+            slots=slots,
+            transaction_timeout_ms=c.settings.transaction_timeout_ms,
+        )
+        rows = frame.mapInArrow(lambda it: write_task(plan, it), RESULT_SCHEMA).collect()
+        written = sum(int(r["records"]) for r in rows)
+        skipped = sum(int(r["skipped"]) for r in rows)
+        return written, len(rows), skipped
+
+    def _entry(
+        self,
+        checkpoint: str,
+        epoch: int,
+        mode: str,
+        ends: list[dict[str, dict[str, int]]],
+        written: int,
+        tasks: int,
+        skipped: int,
+        began: float,
+        outcome: str,
+        error: str | None,
+    ) -> EpochRecord:
+        from ethereal_kafka.checkpoint.history import EpochRecord
+
+        merged: dict[str, dict[str, int]] = {}
+        for offsets in ends:
+            for topic, parts in offsets.items():
+                merged.setdefault(topic, {}).update(parts)
+        return EpochRecord(
+            app_id=self.coordinator.settings.app_id,
+            checkpoint_id=checkpoint,
+            epoch=epoch,
+            mode=mode,
+            start_offsets={},
+            end_offsets=merged,
+            records_in=-1,
+            records_out=written,
+            tasks=tasks,
+            skipped_tasks=skipped,
+            started_ms=int(began * 1000),
+            duration_ms=int((time.time() - began) * 1000),
+            outcome=outcome,
+            error=error,
+        )
+
+
+def _hash_partitioned(batch: DataFrame, tasks: int, key_column: str) -> DataFrame:
+    """Rows by key hash over exactly `tasks` partitions, sorted inside each: what reaches sink task p on a replay
+    is what reached it the first time, in the same order."""
+    from pyspark.sql.types import ArrayType, MapType
+
+    orderable = [f.name for f in batch.schema.fields if not isinstance(f.dataType, MapType | ArrayType)]
+    by = key_column if key_column in batch.columns else orderable[0]
+    return batch.repartition(tasks, by).sortWithinPartitions(*orderable)

@@ -1,0 +1,62 @@
+"""Read what Spark's streaming checkpoint says: the query id (the incarnation) and each epoch's end offsets.
+
+Spark writes `offsets/N` (the end offsets of epoch N, one line per source) before any task of epoch N runs, and
+`metadata` (the query id) when the checkpoint is created. Both are read-only here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ethereal_kafka.errors import EtherealKafkaError
+
+
+class CheckpointLogError(EtherealKafkaError):
+    """The Spark checkpoint is missing a file the coordinator needs (a corrupt or foreign checkpoint)."""
+
+
+def checkpoint_id(location: str | Path) -> str:
+    """The Spark query id stored in `<checkpoint>/metadata`: stable for the checkpoint's life, new after a reset.
+
+    Raises:
+        CheckpointLogError: the metadata file is missing or unreadable.
+    """
+    path = Path(location) / "metadata"
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8").splitlines()[0])["id"])
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise CheckpointLogError(f"cannot read the query id from {path}: {exc}") from exc
+
+
+def epoch_end_offsets(location: str | Path, epoch: int) -> list[dict[str, dict[str, int]]]:
+    """End offsets of `epoch`, one mapping per source, as Spark logged them before running it.
+
+    Raises:
+        CheckpointLogError: `offsets/<epoch>` is missing or malformed.
+    """
+    path = Path(location) / "offsets" / str(epoch)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise CheckpointLogError(f"Spark offset log {path} is missing: {exc.strerror}") from exc
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        raise CheckpointLogError(f"Spark offset log {path} is malformed")
+    sources: list[dict[str, dict[str, int]]] = []
+    for line in lines[2:]:
+        value: Any = json.loads(line) if line.strip() and line.strip() != "-" else {}
+        sources.append({str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in value.items()})
+    return sources
+
+
+def has_state(location: str | Path) -> bool:
+    """True when the checkpoint holds operator state (a `state/` folder with files)."""
+    state = Path(location) / "state"
+    return state.is_dir() and any(state.rglob("*"))
+
+
+def has_progress(location: str | Path) -> bool:
+    """True when the checkpoint has logged at least one epoch."""
+    offsets = Path(location) / "offsets"
+    return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())

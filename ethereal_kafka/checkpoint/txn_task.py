@@ -1,0 +1,193 @@
+"""Phase one of the exactly-once protocol: one sink task commits its output and its epoch marker atomically.
+
+Runs inside a Spark task (`mapInArrow` over the epoch's DataFrame). For task i of epoch N (see `EpochPlan`):
+
+1. encode the task's rows (kept in memory: at most one epoch's share, bounded by `max.records.per.epoch`);
+2. read the task's marker; if it proves epoch N was committed under this checkpoint, write nothing (a replay);
+3. `begin_transaction`, produce, `send_offsets_to_transaction` with the marker, `commit_transaction`.
+
+Errors are handled by class: retriable → the same call again with bounded backoff; abortable → abort and redo the
+task from the buffer; fatal (fenced, timed out, invalid epoch) → drop the producer, build a new one (which fences
+every older holder of the id and completes its transaction), re-read the marker, and redo only if still needed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from ethereal_kafka.checkpoint.clients import (
+    drop_transactional_producer,
+    group_consumer,
+    read_marker,
+    transactional_producer,
+)
+from ethereal_kafka.checkpoint.errors import FencedError, TransactionError
+from ethereal_kafka.checkpoint.markers import EpochMarker
+from ethereal_kafka.checkpoint.plan import EpochPlan, TaskSlot, progress_topic
+from ethereal_kafka.connectors.kafka.encoding import OutRecord, encode_batches
+from ethereal_kafka.connectors.kafka.sink import send_records
+
+T = TypeVar("T")
+
+RESULT_SCHEMA = "task int, records long, skipped int, attempts int"
+MAX_ATTEMPTS = 6
+
+#: Fault injection for failure tests: sleep this long inside a task's first transaction, before its commit.
+FAULT_DELAY_ENV = "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS"
+
+_FATAL_CODES = {
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.INVALID_TXN_STATE,
+    KafkaError._STATE,
+}
+
+
+def owner_group(app_id: str) -> str:
+    """The group whose offset on progress partition 0 names the instance that owns the app."""
+    return f"{app_id}.ethereal-owner"
+
+
+def _retriable(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and bool(exc.args and exc.args[0].retriable())
+
+
+def _retry(call: Callable[[], T]) -> T:
+    """The same call again while Kafka says it is retriable (bounded)."""
+    wrapped = retry(
+        retry=retry_if_exception(_retriable),
+        stop=stop_after_attempt(8),
+        wait=wait_exponential(multiplier=0.1, max=2.0),
+        reraise=True,
+    )(call)
+    return wrapped()
+
+
+class TransactionalTask:
+    """Commits one task's records and marker exactly once (see the module docstring)."""
+
+    def __init__(self, plan: EpochPlan, index: int) -> None:
+        self.plan = plan
+        self.index = index
+        self.slot: TaskSlot = plan.slots[index]
+        self.txn_id = plan.transactional_id(self.slot)
+        sink = plan.sink
+        self.consumer = group_consumer(sink.bootstrap_servers, self.slot.marker_group, sink.passthrough)
+        self.attempts = 0
+
+    def _committed_before(self) -> bool:
+        marker = _retry(
+            lambda: read_marker(self.consumer, self.slot.marker_topic, self.slot.marker_partition)
+        )
+        return marker is not None and marker.covers(
+            self.plan.app_id, self.plan.checkpoint_id, self.plan.epoch
+        )
+
+    def _check_owner(self) -> None:
+        sink = self.plan.sink
+        consumer = group_consumer(sink.bootstrap_servers, owner_group(self.plan.app_id), sink.passthrough)
+        found = consumer.committed([TopicPartition(progress_topic(self.plan.app_id), 0)], timeout=30)
+        owner = found[0].metadata if found else None
+        if owner and owner != self.plan.instance_id:
+            raise FencedError(
+                f"app {self.plan.app_id}: another instance ({owner}) took over; this one ({self.plan.instance_id}) "
+                "stops"
+            )
+
+    def commit(self, records: list[OutRecord]) -> bool:
+        """Commit `records` with the marker; returns False when the epoch was committed before (nothing sent).
+
+        Raises:
+            FencedError: another instance owns the app.
+            TransactionError: no commit after `MAX_ATTEMPTS` attempts.
+        """
+        if self._committed_before():
+            return False
+        marker = EpochMarker(self.plan.app_id, self.plan.checkpoint_id, self.plan.epoch).render()
+        offsets = [
+            TopicPartition(
+                self.slot.marker_topic, self.slot.marker_partition, self.slot.marker_offset, marker
+            )
+        ]
+        last: Exception | None = None
+        for attempt in range(MAX_ATTEMPTS):
+            self.attempts = attempt + 1
+            try:
+                self._attempt(records, offsets, first=attempt == 0)
+                return True
+            except KafkaException as exc:
+                last = exc
+                self._recover(exc.args[0] if exc.args else None)
+            if self._committed_before():
+                return True  # the commit landed although the call reported an error
+            time.sleep(min(2.0, 0.1 * 2**attempt))
+        raise TransactionError(
+            f"{self.txn_id}: epoch {self.plan.epoch} not committed after {MAX_ATTEMPTS} attempts: {last}"
+        ) from last
+
+    def _producer(self) -> Producer:
+        sink = self.plan.sink
+        return transactional_producer(
+            self.txn_id, sink.bootstrap_servers, self.plan.transaction_timeout_ms, sink.passthrough
+        )
+
+    def _attempt(self, records: list[OutRecord], offsets: list[TopicPartition], first: bool) -> None:
+        """One transaction: begin, produce, offsets with marker, commit (retriable calls retried in place)."""
+        producer = self._producer()
+        failures: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                failures.append(err)
+
+        producer.begin_transaction()
+        send_records(producer, records, on_delivery)
+        delay_ms = int(os.environ.get(FAULT_DELAY_ENV, "0") or 0) if first else 0
+        if delay_ms:
+            time.sleep(delay_ms / 1000)
+        metadata = self.consumer.consumer_group_metadata()
+        _retry(lambda: producer.send_offsets_to_transaction(offsets, metadata, 60))
+        _retry(lambda: producer.commit_transaction(120))
+
+    def _recover(self, error: KafkaError | None) -> None:
+        """After a failed attempt: abort (abortable errors) or drop the producer (fatal ones, or a failed abort).
+
+        A dropped producer is rebuilt by the next attempt; its `init_transactions` completes the old transaction.
+        """
+        fatal = error is None or error.fatal() or error.code() in _FATAL_CODES
+        if not fatal:
+            try:
+                producer = self._producer()
+                _retry(lambda: producer.abort_transaction(60))
+                return
+            except KafkaException:
+                pass
+        drop_transactional_producer(self.txn_id)
+        self._check_owner()
+
+
+def write_task(plan: EpochPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`mapInArrow` body of one sink task: encode, then commit exactly once; yields one summary row."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    index = context.partitionId() if context is not None else 0
+    records = list(encode_batches(plan.sink, plan.key_spec, plan.value_spec, batches))
+    task = TransactionalTask(plan, index)
+    committed = task.commit(records)
+    yield pa.RecordBatch.from_pydict(
+        {
+            "task": pa.array([index], pa.int32()),
+            "records": pa.array([len(records) if committed else 0], pa.int64()),
+            "skipped": pa.array([0 if committed else 1], pa.int32()),
+            "attempts": pa.array([task.attempts], pa.int32()),
+        }
+    )

@@ -1,0 +1,23 @@
+"""`ethereal-kafka run JOB.properties`: run a job as a long-running topic-to-topic processor."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add the `run` sub-command."""
+    parser = sub.add_parser("run", help="run a job (until SIGTERM/SIGINT, or until its input is consumed)")
+    parser.add_argument("job", help="job .properties file")
+    parser.add_argument(
+        "--available-now", action="store_true", help="process what the input topics hold now, then exit"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the job; a fatal error becomes a one-line `error: ...` through the CLI's error handling."""
+    from ethereal_kafka.runtime.runner import run as run_job
+
+    return run_job(args.job, available_now=args.available_now)

@@ -1,0 +1,1 @@
+"""Runnable example pipelines (named by `pipeline=module:function` in job files)."""

@@ -1,0 +1,50 @@
+"""Classify a streaming query for the exactly-once protocol: partition-preserving or shuffling, stateful or not.
+
+Partition-preserving (no exchange, no state, one source): Spark partition i of every epoch is input partition i,
+so each sink task commits its input offsets and its output in one transaction. Anything else shuffles: sink tasks
+commit progress markers, and the coordinator commits the input offsets once every task has committed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ethereal_kafka.checkpoint.plan import PARTITION_PRESERVING, SHUFFLING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+#: Logical operators that keep state between epochs.
+_STATEFUL = re.compile(
+    r"\b(Aggregate|Deduplicate\w*|Join|FlatMapGroupsWithState|TransformWithState\w*|Window|"
+    r"FlatMapGroupsInPandasWithState|SessionWindow\w*|EventTimeWatermark)\b"
+)
+#: Logical operators that move rows between partitions.
+_SHUFFLE = re.compile(r"\b(Repartition\w*|Sort|Distinct|Union|Expand|Aggregate|Join|Window)\b")
+_SOURCE = re.compile(
+    r"^(StreamingRelationV2|StreamingRelation|StreamingDataSourceV2\w*|StreamingExecutionRelation)$"
+)
+
+
+@dataclass(frozen=True)
+class QueryShape:
+    """What the coordinator needs to know about a query."""
+
+    mode: str
+    stateful: bool
+    sources: int
+
+
+def classify(frame: DataFrame) -> QueryShape:
+    """Inspect the streaming DataFrame's analyzed logical plan (no data is read)."""
+    plan = str(frame._jdf.queryExecution().analyzed().toString())
+    operators = [line.strip(" :+-~") for line in plan.splitlines()]
+    names = [op.split(" ", 1)[0].lstrip("~") for op in operators if op]
+    joined = " ".join(n for n in names if n != "EventTimeWatermark")
+    stateful = bool(_STATEFUL.search(joined))
+    shuffles = bool(_SHUFFLE.search(joined))
+    sources = max(1, sum(1 for n in names if _SOURCE.match(n)))
+    mode = PARTITION_PRESERVING if not stateful and not shuffles and sources == 1 else SHUFFLING
+    return QueryShape(mode, stateful, sources)

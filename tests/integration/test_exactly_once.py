@@ -1,0 +1,292 @@
+"""Exactly-once, proven by killing real processes (SIGKILL at random moments) on the real broker."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ethereal_kafka.examples import eos
+from ethereal_kafka.testing.cluster import KafkaCluster
+from ethereal_kafka.testing.crash import compare, run_with_kills
+from ethereal_kafka.testing.plugin import TopicFactory
+from tests.integration.eos_helpers import feed, output, pairs, per_key_order_kept, write_job
+
+KILLS = 10
+FAULT = {
+    "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "300"
+}  # widen each task's open transaction: kills land in commits
+
+
+def _run(
+    job: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job), "--available-now", *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def test_stateless_map_filter_survives_kills(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=3), topic_factory(partitions=3)
+    inputs = eos.events(4000)
+    feed(bs, src, inputs, 3)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=200)
+    run = run_with_kills(
+        files.job, KILLS, seed=11, window_s=(4.0, 16.0), env=FAULT, log=tmp_path / "crash.log"
+    )
+    got = output(bs, dst)
+    result = compare(eos.stateless_reference(inputs), pairs(got))
+    print(result.line(run.kills))
+    assert run.kills >= KILLS
+    assert (result.duplicates, result.lost, result.unexpected) == (0, 0, 0)
+    assert per_key_order_kept(got)
+
+
+def test_keyed_running_aggregate_survives_kills(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(3000)
+    feed(bs, src, inputs, 2)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=200)
+    run = run_with_kills(
+        files.job, KILLS, seed=23, window_s=(4.0, 16.0), env=FAULT, log=tmp_path / "crash.log"
+    )
+    updates = [json.loads(r.value or b"") for r in output(bs, dst)]
+    reference = eos.running_total_reference(inputs)
+    seen = Counter((u["key"], u["count"]) for u in updates)
+    duplicates = sum(n - 1 for n in seen.values() if n > 1)
+    wrong = [u for u in updates if reference[u["key"]][u["count"] - 1] != u["total"]]
+    finals = {k: max(c for (key, c) in seen if key == k) for k in {k for k, _ in seen}}
+    lost = sum(1 for k, totals in reference.items() if finals.get(k) != len(totals))
+    print(f"records={len(updates)} duplicates={duplicates} lost={lost} kills={run.kills}")
+    assert run.kills >= KILLS
+    assert (duplicates, lost, wrong) == (0, 0, [])
+
+
+def test_windowed_count_survives_kills(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(3000)
+    last_ts = max(json.loads(v)["ts"] for _, v in inputs)
+    # One far-future event per partition moves the watermark past every real window, so all of them close.
+    flush_ts = last_ts + 10 * eos.WINDOW_MS
+    flush = [
+        (
+            f"flush{p}".encode(),
+            json.dumps({"id": -1 - p, "key": f"flush{p}", "seq": 1, "amount": 0, "ts": flush_ts}).encode(),
+        )
+        for p in range(2)
+    ]
+    feed(bs, src, inputs, 2)
+    for p, (k, v) in enumerate(flush):
+        from ethereal_kafka.testing.kafka_io import produce
+
+        produce(bs, src, [(k, v)], partition=p)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:windowed_count", max_records=200)
+    run = run_with_kills(
+        files.job, KILLS, seed=37, window_s=(4.0, 16.0), env=FAULT, log=tmp_path / "crash.log"
+    )
+    got = [json.loads(r.value or b"") for r in output(bs, dst)]
+    expected = eos.windowed_count_reference(inputs, flush_ts - eos.LATENESS_MS)
+    result = compare(
+        [(k, s, c) for (k, s), c in expected.items()],
+        [(g["key"], g["window_start"], g["count"]) for g in got],
+    )
+    print(result.line(run.kills))
+    assert run.kills >= KILLS
+    assert (result.duplicates, result.lost, result.unexpected) == (0, 0, 0)
+
+
+def test_epoch_outliving_the_transaction_timeout_is_aborted_and_redone(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    if kafka_cluster.broker is None:
+        pytest.skip("needs the local broker (its transaction cleanup interval is set to 1 s)")
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(400)
+    feed(bs, src, inputs, 2)
+    files = write_job(
+        tmp_path,
+        bs,
+        src,
+        dst,
+        "ethereal_kafka.examples.eos:stateless",
+        max_records=1000,
+        extra_job="transaction.timeout.ms=2000\n",
+    )
+    # Every task's first transaction stays open 6 s, three times the timeout: the broker aborts it.
+    result = _run(files.job, env={"ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "6000"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = output(bs, dst)
+    cmp = compare(eos.stateless_reference(inputs), pairs(got))
+    assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
+    history = subprocess.run(
+        [sys.executable, "-m", "ethereal_kafka.cli", "checkpoints", files.app_id, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    epochs = [json.loads(line) for line in history.stdout.splitlines() if line.strip()]
+    assert epochs and all(e["outcome"] == "committed" for e in epochs)
+
+
+def test_replay_of_the_same_offsets_is_byte_identical(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    bs = kafka_cluster.bootstrap
+    src = topic_factory(partitions=2)
+    feed(bs, src, eos.events(1500), 2)
+    outputs = []
+    for run in range(2):
+        dst = topic_factory(partitions=2)
+        files = write_job(
+            tmp_path / f"run{run}", bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=250
+        )
+        result = _run(files.job)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs.append([(r.partition, r.offset, r.key, r.value) for r in output(bs, dst)])
+    assert outputs[0] and outputs[0] == outputs[1]
+
+
+def test_second_instance_fences_the_first(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    import os
+    import time
+
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(2000)
+    feed(bs, src, inputs, 2)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=100)
+    env = {**os.environ, **FAULT}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "ethereal_kafka.cli", "run", str(files.job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not output(bs, dst):
+            time.sleep(1)
+        second = _run(files.job, env=FAULT)
+        assert second.returncode == 0, second.stderr[-3000:]
+        code = first.wait(timeout=120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, 9)
+    log = first.stdout.read() if first.stdout else ""
+    assert code != 0, "the fenced first instance must stop with an error"
+    assert "took over" in log
+    cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
+    assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
+
+
+def test_broker_restart_mid_run(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    import os
+    import time
+
+    if kafka_cluster.broker is None:
+        pytest.skip("needs the local broker to stop and restart it")
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(3000)
+    feed(bs, src, inputs, 2)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=150)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ethereal_kafka.cli", "run", str(files.job), "--available-now"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **FAULT},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not output(bs, dst):
+            time.sleep(0.5)
+        kafka_cluster.broker.stop()
+        time.sleep(3)
+        kafka_cluster.broker.start()
+        code = proc.wait(timeout=400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    log = proc.stdout.read() if proc.stdout else ""
+    if code != 0:  # the job may give up while the broker is down; a restart must then finish exactly
+        result = _run(files.job)
+        assert result.returncode == 0, result.stderr[-3000:] + log[-2000:]
+    updates = [json.loads(r.value or b"") for r in output(bs, dst)]
+    reference = eos.running_total_reference(inputs)
+    seen = Counter((u["key"], u["count"]) for u in updates)
+    assert all(n == 1 for n in seen.values()), "no duplicate update"
+    assert all(reference[u["key"]][u["count"] - 1] == u["total"] for u in updates)
+    assert {k: max(c for (key, c) in seen if key == k) for k, _ in seen} == {
+        k: len(v) for k, v in reference.items()
+    }
+
+
+def test_stateless_job_without_checkpoint_resumes_from_group_offsets(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    first, second = eos.events(1200)[:600], eos.events(1200)[600:]
+    feed(bs, src, first, 2)
+    files = write_job(
+        tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", starting="group-offsets"
+    )
+    assert _run(files.job).returncode == 0
+    shutil.rmtree(files.checkpoint)
+    feed(bs, src, second, 2)
+    result = _run(files.job)
+    assert result.returncode == 0, result.stderr[-3000:]
+    cmp = compare(eos.stateless_reference(first + second), pairs(output(bs, dst)))
+    assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
+
+
+def test_stateful_job_without_checkpoint_refuses_unless_replaying(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(600)
+    feed(bs, src, inputs, 2)
+    files = write_job(
+        tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", starting="group-offsets"
+    )
+    assert _run(files.job).returncode == 0
+    shutil.rmtree(files.checkpoint)
+    refused = _run(files.job)
+    assert refused.returncode == 1
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: stateful job") and "replay.from" in last
+    with files.job.open("a") as f:
+        f.write("replay.from=earliest\n")
+    replayed = _run(files.job)
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
