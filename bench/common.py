@@ -106,8 +106,7 @@ def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -
         return {}
     ordered = sorted(values)
     return {
-        f"p{int(p)}": ordered[min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1)]
-        for p in points
+        f"p{int(p)}": ordered[min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1)] for p in points
     }
 
 

@@ -65,7 +65,7 @@ def large_orders(sources: Mapping[str, DataFrame]) -> DataFrame:
 
 def run_demo(connectors: Path, records: int) -> None:
     """Run the whole demo (see module docstring); raises on any failure so `make demo` exits non-zero."""
-    from ethereal_kafka.runtime.job import start_job
+    from ethereal_kafka.runtime.runner import start
     from ethereal_kafka.runtime.spark import local_session
 
     state = Path(tempfile.mkdtemp(prefix="ethereal-kafka-demo-"))
@@ -77,6 +77,7 @@ def run_demo(connectors: Path, records: int) -> None:
     try:
         os.environ["ETHEREAL_KAFKA_BOOTSTRAP"] = status.bootstrap
         os.environ["ETHEREAL_KAFKA_STATE"] = str(state)
+        os.environ["DEMO_RUN"] = state.name.rsplit("-", 1)[-1]  # a fresh app.id (and history) per demo run
         loaded = load_job(connectors / "demo-job.properties")
         source = loaded.sources["orders"]
         sink = loaded.sinks["large-orders"]
@@ -95,10 +96,20 @@ def run_demo(connectors: Path, records: int) -> None:
         )
         try:
             began = time.monotonic()
-            running = start_job(spark, loaded, available_now=True)
+            running, coordinator = start(spark, loaded, available_now=True)
             running.await_termination()
             epochs = sum(len(q.recentProgress) for q in running.queries.values())
-            print(f"[demo] job finished: {epochs} epoch(s) in {time.monotonic() - began:.1f}s")
+            print(
+                f"[demo] job finished ({loaded.job.delivery_guarantee}, {coordinator.shapes['large-orders'].mode}): "
+                f"{epochs} epoch(s) in {time.monotonic() - began:.1f}s"
+            )
+            if coordinator.history is not None:
+                for entry in coordinator.history.records():
+                    print(
+                        f"[demo]   epoch {entry.epoch}: {entry.outcome}, in {entry.records_in} out "
+                        f"{entry.records_out}, {entry.tasks} task transaction(s), {entry.duration_ms} ms"
+                    )
+                coordinator.history.close()
         finally:
             spark.stop()
 

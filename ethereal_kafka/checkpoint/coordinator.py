@@ -12,11 +12,13 @@ commit log, so Kafka is never behind Spark.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Producer, TopicPartition
@@ -33,7 +35,12 @@ from ethereal_kafka.checkpoint.plan import (
     progress_topic,
     transactional_id,
 )
-from ethereal_kafka.checkpoint.spark_log import checkpoint_id, epoch_end_offsets, has_progress
+from ethereal_kafka.checkpoint.spark_log import (
+    CheckpointLogError,
+    checkpoint_id,
+    epoch_end_offsets,
+    has_progress,
+)
 from ethereal_kafka.checkpoint.txn_task import RESULT_SCHEMA, owner_group, write_task
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, with_retries
@@ -42,8 +49,9 @@ from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns
 from ethereal_kafka.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ethereal_kafka.checkpoint.history import CheckpointHistory, EpochRecord
     from pyspark.sql import DataFrame
+
+    from ethereal_kafka.checkpoint.history import CheckpointHistory, EpochRecord
 
 log = logging.getLogger(__name__)
 
@@ -382,6 +390,26 @@ class EpochWriter:
         skipped = sum(int(r["skipped"]) for r in rows)
         return written, len(rows), skipped
 
+    def _start_offsets(self, epoch: int) -> dict[str, dict[str, int]]:
+        """Start offsets of `epoch`: the previous epoch's end offsets, or the pinned initial offsets ({} if none)."""
+        location = self.coordinator.location(self.sink)
+        merged: dict[str, dict[str, int]] = {}
+        try:
+            previous = epoch_end_offsets(location, epoch - 1) if epoch > 0 else []
+        except CheckpointLogError:
+            previous = []
+        if epoch == 0:
+            for source in self.coordinator.sources.values():
+                pinned = Path(
+                    f"{source.checkpoint_location}/ethereal-kafka/initial-offsets-{source.name}.json"
+                )
+                if source.checkpoint_location and pinned.exists():
+                    previous.append(json.loads(pinned.read_text(encoding="utf-8")))
+        for offsets in previous:
+            for topic, parts in offsets.items():
+                merged.setdefault(topic, {}).update({str(p): int(o) for p, o in parts.items()})
+        return merged
+
     def _entry(
         self,
         checkpoint: str,
@@ -401,14 +429,24 @@ class EpochWriter:
         for offsets in ends:
             for topic, parts in offsets.items():
                 merged.setdefault(topic, {}).update(parts)
+        starts = self._start_offsets(epoch)
+        records_in = (
+            sum(
+                max(0, o - starts.get(t, {}).get(p, o))
+                for t, parts in merged.items()
+                for p, o in parts.items()
+            )
+            if starts
+            else -1
+        )
         return EpochRecord(
             app_id=self.coordinator.settings.app_id,
             checkpoint_id=checkpoint,
             epoch=epoch,
             mode=mode,
-            start_offsets={},
+            start_offsets=starts,
             end_offsets=merged,
-            records_in=-1,
+            records_in=records_in,
             records_out=written,
             tasks=tasks,
             skipped_tasks=skipped,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ethereal_kafka.cli import broker_cmd, demo_cmd, run_cmd, validate_cmd
+from ethereal_kafka.cli import broker_cmd, checkpoints_cmd, demo_cmd, run_cmd, validate_cmd
 from ethereal_kafka.errors import EtherealKafkaError
 
 
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cmd.register(sub)
     validate_cmd.register(sub)
     run_cmd.register(sub)
+    checkpoints_cmd.register(sub)
     return parser
 
 

@@ -18,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, SinkShape
+from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
@@ -56,12 +57,7 @@ def start(
     outputs: Any = resolve_pipeline(job.pipeline)(frames)
     if not isinstance(outputs, dict):
         outputs = {next(iter(loaded.sinks)): outputs}
-    try:  # TEMPORARY while the history module lands
-        from ethereal_kafka.checkpoint.history import CheckpointHistory
-
-        history = CheckpointHistory(job.app_id)
-    except ImportError:
-        history = None
+    history = CheckpointHistory(job.app_id)
     coordinator = CheckpointCoordinator(
         CoordinatorSettings(
             app_id=job.app_id,
@@ -110,7 +106,7 @@ def run(job_path: str | Path, available_now: bool = False) -> int:
         },
     )
     stopping = threading.Event()
-    running, _ = start(spark, loaded, available_now)
+    running, coordinator = start(spark, loaded, available_now)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         stopping.set()
@@ -126,6 +122,8 @@ def run(job_path: str | Path, available_now: bool = False) -> int:
         raise
     finally:
         spark.stop()
+        if coordinator.history is not None:
+            coordinator.history.close()
     return 0
 
 
