@@ -70,6 +70,8 @@ class CoordinatorSettings:
         transaction_timeout_ms: Producer transaction timeout; must be >= the epoch interval and <= the broker's
             `transaction.max.timeout.ms`.
         epoch_interval_ms: The trigger interval (checked against the timeout).
+        min_pause_ms: Least time between the end of one epoch's write and the start of the next (Flink's
+            minimum pause between checkpoints): lets a slow job make progress between commits.
     """
 
     app_id: str
@@ -78,6 +80,7 @@ class CoordinatorSettings:
     sink_tasks: int = 2
     transaction_timeout_ms: int = 60000
     epoch_interval_ms: int = 1000
+    min_pause_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -307,9 +310,20 @@ class EpochWriter:
         self.sink = sink
         self.config = coordinator.sinks[sink]
         self.plain = KafkaSink(self.config)
+        self._last_end = 0.0
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Write epoch `batch_id`; returns only when its output and offsets are committed."""
+        c = self.coordinator
+        pause = c.settings.min_pause_ms / 1000 - (time.monotonic() - self._last_end)
+        if self._last_end and pause > 0:
+            time.sleep(pause)
+        try:
+            self._write(batch, batch_id)
+        finally:
+            self._last_end = time.monotonic()
+
+    def _write(self, batch: DataFrame, batch_id: int) -> None:
         c = self.coordinator
         began = time.time()
         location = c.location(self.sink)

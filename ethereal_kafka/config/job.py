@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
-from ethereal_kafka.config.model import Model, positive, setting
+from ethereal_kafka.config.model import Model, non_negative, positive, setting
 from ethereal_kafka.config.properties import load_properties
 from ethereal_kafka.errors import ConfigError
 
@@ -53,6 +53,18 @@ class JobConfig(Model):
     )
     sink_tasks: int = setting(
         2, key="sink.tasks", check=positive, doc="sink tasks of shuffling jobs (fixed for life)"
+    )
+    output_mode: str = setting(
+        "auto",
+        key="output.mode",
+        choices=("auto", "append", "update", "complete"),
+        doc="Spark output mode; auto = append unless a stateful query has no watermark (then update)",
+    )
+    min_pause_between_epochs_ms: int = setting(
+        0,
+        key="min.pause.between.epochs.ms",
+        check=non_negative,
+        doc="least time from one epoch's end to the next's start",
     )
     replay_from: str | None = setting(
         None,

@@ -35,6 +35,14 @@ class QueryShape:
     mode: str
     stateful: bool
     sources: int
+    watermarked: bool = False
+
+    def output_mode(self, requested: str = "auto") -> str:
+        """Spark output mode: `auto` → append for stateless or event-time (watermarked) queries, whose results are
+        final when emitted; update for other stateful queries (running aggregates)."""
+        if requested != "auto":
+            return requested
+        return "update" if self.stateful and not self.watermarked else "append"
 
 
 def classify(frame: DataFrame) -> QueryShape:
@@ -47,4 +55,4 @@ def classify(frame: DataFrame) -> QueryShape:
     shuffles = bool(_SHUFFLE.search(joined))
     sources = max(1, sum(1 for n in names if _SOURCE.match(n)))
     mode = PARTITION_PRESERVING if not stateful and not shuffles and sources == 1 else SHUFFLING
-    return QueryShape(mode, stateful, sources)
+    return QueryShape(mode, stateful, sources, watermarked="EventTimeWatermark" in names)

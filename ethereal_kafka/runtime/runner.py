@@ -66,15 +66,18 @@ def start(
             sink_tasks=job.sink_tasks,
             transaction_timeout_ms=job.transaction_timeout_ms,
             epoch_interval_ms=job.trigger_interval_ms,
+            min_pause_ms=job.min_pause_between_epochs_ms,
         ),
         sources,
         loaded.sinks,
         history,
     )
     shapes = {}
+    modes = {}
     for name, frame in outputs.items():
         shape = classify(frame)
         shapes[name] = SinkShape(shape.mode, shape.stateful)
+        modes[name] = shape.output_mode(job.output_mode)
     coordinator.prepare(shapes, replaying=fresh and job.replay_from is not None)
     queries = {}
     for name, frame in outputs.items():
@@ -82,7 +85,7 @@ def start(
             frame.writeStream.foreachBatch(coordinator.writer(name))
             .queryName(f"{job.app_id}-{name}")
             .option("checkpointLocation", coordinator.location(name))
-            .outputMode("update" if shapes[name].stateful else "append")
+            .outputMode(modes[name])
         )
         if available_now:
             writer = writer.trigger(availableNow=True)

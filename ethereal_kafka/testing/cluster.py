@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.broker import JVM_MARKER, BrokerSettings, LocalBroker, kafka_version
+from ethereal_kafka.broker.procs import live_pids
 
 #: The image used where a Docker engine exists: testcontainers' Kafka module boots Confluent's image layout (KRaft).
 CONTAINER_IMAGE = "confluentinc/cp-kafka:7.9.0"
@@ -111,15 +112,4 @@ def _start_container() -> KafkaCluster:
 
 def leaked_broker_pids(state_dir_fragment: str) -> list[int]:
     """PIDs of broker JVMs whose state directory contains `state_dir_fragment` (leak check)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and any(a.startswith(JVM_MARKER) and state_dir_fragment in a for a in args):
-            pids.append(int(entry.name))
-    return pids
+    return live_pids(lambda args: any(a.startswith(JVM_MARKER) and state_dir_fragment in a for a in args))

@@ -30,6 +30,7 @@ from types import TracebackType
 import pytest
 
 from ethereal_kafka.broker.jars import cache_home
+from ethereal_kafka.broker.procs import live_pids
 from ethereal_kafka.errors import EtherealKafkaError
 
 #: The pinned Apicurio Registry release (Maven Central publishes `-all.tar.gz` for 3.0.9, 3.3.2, 3.3.3).
@@ -306,18 +307,7 @@ def _min_java(version: str) -> int:
 def leaked_registry_pids(state_dir: Path) -> list[int]:
     """Return the pids of live (non-zombie) registry JVMs started for `state_dir`."""
     marker = f"{JVM_MARKER}{Path(state_dir)}"
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if marker in args and state != "Z":
-            pids.append(int(entry.name))
-    return pids
+    return live_pids(lambda args: marker in args)
 
 
 def _answers(url: str) -> bool:

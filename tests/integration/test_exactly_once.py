@@ -38,6 +38,7 @@ def _run(
     )
 
 
+@pytest.mark.timeout(1500)
 def test_stateless_map_filter_survives_kills(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
@@ -57,6 +58,7 @@ def test_stateless_map_filter_survives_kills(
     assert per_key_order_kept(got)
 
 
+@pytest.mark.timeout(1500)
 def test_keyed_running_aggregate_survives_kills(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
@@ -80,6 +82,7 @@ def test_keyed_running_aggregate_survives_kills(
     assert (duplicates, lost, wrong) == (0, 0, [])
 
 
+@pytest.mark.timeout(1500)
 def test_windowed_count_survives_kills(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
