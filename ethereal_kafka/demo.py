@@ -109,7 +109,6 @@ def run_demo(connectors: Path, records: int) -> None:
                         f"[demo]   epoch {entry.epoch}: {entry.outcome}, in {entry.records_in} out "
                         f"{entry.records_out}, {entry.tasks} task transaction(s), {entry.duration_ms} ms"
                     )
-                coordinator.history.close()
         finally:
             spark.stop()
 

@@ -51,7 +51,7 @@ from ethereal_kafka.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from ethereal_kafka.checkpoint.history import CheckpointHistory, EpochRecord
+    from ethereal_kafka.checkpoint.history import EpochRecord, HistoryLog
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +99,14 @@ class CheckpointCoordinator:
         settings: CoordinatorSettings,
         sources: Mapping[str, KafkaSourceConfig],
         sinks: Mapping[str, KafkaSinkConfig],
-        history: CheckpointHistory | None = None,
+        history: HistoryLog | None = None,
     ) -> None:
         self.settings = settings
         self.sources = dict(sources)
         self.sinks = dict(sinks)
         self.instance_id = uuid.uuid4().hex[:16]
         self.shapes: dict[str, SinkShape] = {}
+        self._partitions: dict[str, int | None] = {}
         self.history = history
         first = next(iter(self.sinks.values()))
         self.bootstrap = first.bootstrap_servers
@@ -258,6 +259,19 @@ class CheckpointCoordinator:
             producer.init_transactions(60)
             producer.flush(5)
 
+    def output_partitions(self, sink: str) -> int | None:
+        """Partition count of `sink`'s fixed topic (None when rows name their topic), looked up once."""
+        if sink not in self._partitions:
+            topic = self.sinks[sink].topic
+            count = None
+            if topic:
+                found = cluster_metadata(
+                    admin_client(self.bootstrap, self.passthrough), self.bootstrap
+                ).topics.get(topic)
+                count = len(found.partitions) if found is not None and found.partitions else None
+            self._partitions[sink] = count
+        return self._partitions[sink]
+
     # -- epochs --------------------------------------------------------------------------------------------------
     def writer(self, sink: str) -> EpochWriter:
         """The `foreachBatch` function of `sink`."""
@@ -297,9 +311,17 @@ class CheckpointCoordinator:
         return topic in source.topics
 
     def record(self, entry: EpochRecord) -> None:
-        """Append an epoch outcome to the checkpoint history (when one is attached)."""
+        """Append an epoch outcome to the checkpoint history (when one is attached).
+
+        The history is for people; failing to write it is logged and never fails an epoch.
+        """
+        from ethereal_kafka.checkpoint.history import HistoryError
+
         if self.history is not None:
-            self.history.record(entry)
+            try:
+                self.history.record(entry)
+            except HistoryError as exc:
+                log.warning("epoch %s not recorded in the history: %s", entry.epoch, exc)
 
 
 class EpochWriter:
@@ -386,7 +408,7 @@ class EpochWriter:
             group = f"{c.settings.app_id}.ethereal-progress.{self.sink}"
             topic = progress_topic(c.settings.app_id)
             slots = tuple(TaskSlot(str(p), group, topic, p, batch_id + 1) for p in range(tasks))
-            frame = _hash_partitioned(batch, tasks, self.config.key_column)
+            frame = _hash_partitioned(batch, tasks, self.config.key_column, c.output_partitions(self.sink))
         plan = EpochPlan(
             app_id=c.settings.app_id,
             instance_id=c.instance_id,
@@ -471,11 +493,28 @@ class EpochWriter:
         )
 
 
-def _hash_partitioned(batch: DataFrame, tasks: int, key_column: str) -> DataFrame:
-    """Rows by key hash over exactly `tasks` partitions, sorted inside each: what reaches sink task p on a replay
-    is what reached it the first time, in the same order."""
+def _hash_partitioned(
+    batch: DataFrame, tasks: int, key_column: str, kafka_partitions: int | None
+) -> DataFrame:
+    """Rows over exactly `tasks` Spark partitions, sorted inside each, so what reaches sink task p on a replay is
+    what reached it the first time, in the same order.
+
+    With a fixed sink topic of `kafka_partitions` partitions (and no `partition` column of the user's), each row's
+    Kafka partition is computed here from its key (Spark's murmur3 `hash`) and rows are grouped by it: every Kafka
+    partition is written by exactly one task, and epochs commit in order, so each output partition receives the
+    same records in the same order on every replay.
+    """
+    from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType
 
-    orderable = [f.name for f in batch.schema.fields if not isinstance(f.dataType, MapType | ArrayType)]
-    by = key_column if key_column in batch.columns else orderable[0]
-    return batch.repartition(tasks, by).sortWithinPartitions(*orderable)
+    frame = batch
+    if kafka_partitions and "partition" not in frame.columns and key_column in frame.columns:
+        frame = frame.withColumn("partition", F.pmod(F.hash(F.col(key_column)), F.lit(kafka_partitions)))
+    orderable = [f.name for f in frame.schema.fields if not isinstance(f.dataType, MapType | ArrayType)]
+    by = (
+        "partition"
+        if "partition" in frame.columns
+        else (key_column if key_column in frame.columns else orderable[0])
+    )
+    first = [by] if by in orderable else []
+    return frame.repartition(tasks, by).sortWithinPartitions(*first, *[c for c in orderable if c != by])

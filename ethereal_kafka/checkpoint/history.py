@@ -388,3 +388,39 @@ class CheckpointHistory:
 
 def _one_line(exc: BaseException | None) -> str:
     return " ".join(str(exc).split()) if exc is not None else "unknown error"
+
+
+class HistoryLog:
+    """The coordinator's view of the history: opens the store for each write and closes it again.
+
+    A job never holds the RocksDB lock between epochs, so a second instance of the same app (which fences the
+    first) and maintenance tools are never locked out for long. A lock held by someone else is waited for, up to
+    `lock_wait_s`.
+    """
+
+    def __init__(self, app_id: str, path: Path | None = None, lock_wait_s: float = 10.0) -> None:
+        self.app_id = app_id
+        self.path = path
+        self.lock_wait_s = lock_wait_s
+
+    def record(self, rec: EpochRecord) -> None:
+        """Append `rec` durably.
+
+        Raises:
+            HistoryError: the store stayed locked for `lock_wait_s`, or could not be written.
+        """
+        deadline = time.monotonic() + self.lock_wait_s
+        while True:
+            try:
+                with CheckpointHistory(self.app_id, self.path) as history:
+                    history.record(rec)
+                return
+            except HistoryError as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def records(self, limit: int | None = None) -> list[EpochRecord]:
+        """The recorded epochs, oldest first (read without taking the writer's lock)."""
+        with CheckpointHistory(self.app_id, self.path, read_only=True) as history:
+            return history.records(limit)

@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, SinkShape
-from ethereal_kafka.checkpoint.history import CheckpointHistory
+from ethereal_kafka.checkpoint.history import HistoryLog
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
@@ -57,7 +57,7 @@ def start(
     outputs: Any = resolve_pipeline(job.pipeline)(frames)
     if not isinstance(outputs, dict):
         outputs = {next(iter(loaded.sinks)): outputs}
-    history = CheckpointHistory(job.app_id)
+    history = HistoryLog(job.app_id)
     coordinator = CheckpointCoordinator(
         CoordinatorSettings(
             app_id=job.app_id,
@@ -109,7 +109,7 @@ def run(job_path: str | Path, available_now: bool = False) -> int:
         },
     )
     stopping = threading.Event()
-    running, coordinator = start(spark, loaded, available_now)
+    running, _ = start(spark, loaded, available_now)
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         stopping.set()
@@ -125,8 +125,6 @@ def run(job_path: str | Path, available_now: bool = False) -> int:
         raise
     finally:
         spark.stop()
-        if coordinator.history is not None:
-            coordinator.history.close()
     return 0
 
 

@@ -302,3 +302,25 @@ def test_reader_detects_a_torn_view_and_gives_up_after_retries(
         assert [r.epoch for r in reader.records(limit=1)] == [2]
         with pytest.raises(HistoryError, match=r"could not read a consistent .* entry 1 missing \(found 0\)"):
             reader.records()
+
+
+def test_history_log_waits_for_a_held_lock_and_never_holds_it(record_factory: RecordFactory) -> None:
+    from ethereal_kafka.checkpoint.history import HistoryLog
+
+    log = HistoryLog("app", lock_wait_s=5.0)
+    log.record(record_factory(epoch=0))
+    holder = CheckpointHistory("app")  # another writer holds the lock for a moment
+    releaser = threading.Timer(0.5, holder.close)
+    releaser.start()
+    log.record(record_factory(epoch=1))  # waits for the lock instead of failing
+    releaser.join()
+    with CheckpointHistory("app") as again:  # and the log itself holds nothing between writes
+        assert [r.epoch for r in again.records()] == [0, 1]
+    assert [r.epoch for r in log.records()] == [0, 1]
+
+
+def test_history_log_gives_up_after_its_wait(record_factory: RecordFactory) -> None:
+    from ethereal_kafka.checkpoint.history import HistoryLog
+
+    with CheckpointHistory("app"), pytest.raises(HistoryError, match="another instance"):
+        HistoryLog("app", lock_wait_s=0.3).record(record_factory(epoch=0))
