@@ -14,13 +14,14 @@ every older holder of the id and completes its transaction), re-read the marker,
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ethereal_kafka.checkpoint.clients import (
     drop_transactional_producer,
@@ -38,6 +39,12 @@ T = TypeVar("T")
 
 RESULT_SCHEMA = "task int, records long, skipped int, attempts int"
 MAX_ATTEMPTS = 6
+
+#: Per-call timeout of the transactional calls, and how long one call is retried while Kafka says "retriable".
+#: Both are bounded: a commit that hangs (seen after a broker restart: librdkafka's EndTxn never answered) must
+#: end in `_recover`, whose new producer completes or aborts the transaction, not block the epoch for minutes.
+CALL_TIMEOUT_S = 30.0
+RETRY_DEADLINE_S = 60.0
 
 #: Fault injection for failure tests: sleep this long inside a task's first transaction, before its commit.
 FAULT_DELAY_ENV = "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS"
@@ -60,11 +67,44 @@ def _retriable(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException) and bool(exc.args and exc.args[0].retriable())
 
 
+def _bounded(what: str, call: Callable[[], T], timeout_s: float = CALL_TIMEOUT_S) -> T:
+    """Run a blocking transactional call, giving up after `timeout_s` even when the client does not.
+
+    librdkafka's `send_offsets_to_transaction` ignores its timeout and can block forever once the group
+    coordinator was restarted (confluentinc/librdkafka#5456, #5511; seen here after a broker restart). The call
+    runs in a daemon thread (the client releases the GIL); if it has not returned in time the caller gets a
+    non-retriable `_TIMED_OUT` error, `_recover` drops the producer, and the new producer's `init_transactions`
+    fences the stuck one. The stuck thread is abandoned: it holds only the dropped producer.
+
+    Raises:
+        KafkaException: what the call raised, or `_TIMED_OUT` when it did not return in time.
+    """
+    outcome: dict[str, object] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"ethereal-kafka-{what}", daemon=True).start()
+    if not done.wait(timeout_s + 5.0):
+        raise KafkaException(
+            KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within {timeout_s + 5.0:.0f}s")
+        )
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome.get("value")  # type: ignore[return-value]
+
+
 def _retry(call: Callable[[], T]) -> T:
-    """The same call again while Kafka says it is retriable (bounded)."""
+    """The same call again while Kafka says it is retriable (bounded in attempts and in time)."""
     wrapped = retry(
         retry=retry_if_exception(_retriable),
-        stop=stop_after_attempt(8),
+        stop=stop_after_attempt(8) | stop_after_delay(RETRY_DEADLINE_S),
         wait=wait_exponential(multiplier=0.1, max=2.0),
         reraise=True,
     )(call)
@@ -154,19 +194,33 @@ class TransactionalTask:
         if delay_ms:
             time.sleep(delay_ms / 1000)
         metadata = self.consumer.consumer_group_metadata()
-        _retry(lambda: producer.send_offsets_to_transaction(offsets, metadata, 60))
-        _retry(lambda: producer.commit_transaction(120))
+        _retry(
+            lambda: _bounded(
+                "send_offsets_to_transaction",
+                lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
+            )
+        )
+        _retry(lambda: _bounded("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S)))
 
     def _recover(self, error: KafkaError | None) -> None:
         """After a failed attempt: abort (abortable errors) or drop the producer (fatal ones, or a failed abort).
 
         A dropped producer is rebuilt by the next attempt; its `init_transactions` completes the old transaction.
         """
-        fatal = error is None or error.fatal() or error.code() in _FATAL_CODES
+        # A call that timed out leaves the producer in an unknown state (its request may still be in flight):
+        # aborting through it can hang the same way, so it is dropped like a fatal one.
+        fatal = (
+            error is None
+            or error.fatal()
+            or error.code() in _FATAL_CODES
+            or error.code() == KafkaError._TIMED_OUT
+        )
         if not fatal:
             try:
                 producer = self._producer()
-                _retry(lambda: producer.abort_transaction(60))
+                _retry(
+                    lambda: _bounded("abort_transaction", lambda: producer.abort_transaction(CALL_TIMEOUT_S))
+                )
                 return
             except KafkaException:
                 pass

@@ -185,11 +185,12 @@ def test_second_instance_fences_the_first(
     feed(bs, src, inputs, 2)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=100)
     env = {**os.environ, **FAULT}
+    # The log goes to a file: an unread pipe fills up and blocks the job's writes (and the job with them).
+    log_path = tmp_path / "first.log"
     first = subprocess.Popen(
         [sys.executable, "-m", "ethereal_kafka.cli", "run", str(files.job)],
-        stdout=subprocess.PIPE,
+        stdout=log_path.open("w"),
         stderr=subprocess.STDOUT,
-        text=True,
         env=env,
         start_new_session=True,
     )
@@ -203,7 +204,7 @@ def test_second_instance_fences_the_first(
     finally:
         if first.poll() is None:
             os.killpg(first.pid, 9)
-    log = first.stdout.read() if first.stdout else ""
+    log = log_path.read_text(errors="replace")
     assert code != 0, "the fenced first instance must stop with an error"
     assert "took over" in log
     cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
@@ -223,11 +224,11 @@ def test_broker_restart_mid_run(
     inputs = eos.events(3000)
     feed(bs, src, inputs, 2)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=150)
+    log_path = tmp_path / "job.log"  # a file, not an unread pipe (see above)
     proc = subprocess.Popen(
         [sys.executable, "-m", "ethereal_kafka.cli", "run", str(files.job), "--available-now"],
-        stdout=subprocess.PIPE,
+        stdout=log_path.open("w"),
         stderr=subprocess.STDOUT,
-        text=True,
         env={**os.environ, **FAULT},
         start_new_session=True,
     )
@@ -242,7 +243,7 @@ def test_broker_restart_mid_run(
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
-    log = proc.stdout.read() if proc.stdout else ""
+    log = log_path.read_text(errors="replace")
     if code != 0:  # the job may give up while the broker is down; a restart must then finish exactly
         result = _run(files.job)
         assert result.returncode == 0, result.stderr[-3000:] + log[-2000:]

@@ -1,8 +1,8 @@
 """confluent-kafka client construction, per-worker caching, and bounded-retry metadata calls.
 
 Creating a consumer or producer costs round trips, so executor-side clients are cached per Python worker process
-(keyed by their full configuration) and reused across epochs. Driver-side metadata calls retry a bounded number of
-times and then raise `KafkaConnectionError` with a message naming the bootstrap servers.
+(keyed by their full configuration) and reused across epochs. Driver-side metadata calls retry for a bounded time
+(long enough to ride out a broker restart) and then raise `KafkaConnectionError` naming the bootstrap servers.
 """
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata
-from tenacity import RetryError, retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    RetryError,
+    retry,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from ethereal_kafka.errors import KafkaConnectionError
 
@@ -22,6 +29,9 @@ T = TypeVar("T")
 
 _CONSUMERS: dict[tuple[tuple[str, str], ...], Consumer] = {}
 _LOCK = threading.Lock()
+
+#: How long driver-side calls keep retrying: a restarting broker is back within this (seen: 5-10 s).
+RETRY_DEADLINE_S = 45.0
 
 #: Client settings that keep failures bounded and quiet on a small machine.
 _QUIET = {"log_level": "3", "socket.connection.setup.timeout.ms": "10000"}
@@ -69,15 +79,22 @@ def drop_consumer(conf: Mapping[str, str]) -> None:
             consumer.close()
 
 
-def with_retries(what: str, bootstrap: str, call: Callable[[], T], attempts: int = 5) -> T:
-    """Run a Kafka call, retrying KafkaException with bounded exponential backoff.
+def with_retries(
+    what: str,
+    bootstrap: str,
+    call: Callable[[], T],
+    attempts: int = 30,
+    deadline_s: float = RETRY_DEADLINE_S,
+) -> T:
+    """Run a Kafka call, retrying KafkaException with bounded exponential backoff (at most `attempts` tries and
+    `deadline_s` seconds, whichever ends first).
 
     Raises:
         KafkaConnectionError: every attempt failed; the message names `what` and `bootstrap`.
     """
     retrying = retry(
         retry=retry_if_exception_type(KafkaException),
-        stop=stop_after_attempt(attempts),
+        stop=stop_after_attempt(attempts) | stop_after_delay(deadline_s),
         wait=wait_exponential(multiplier=0.2, max=3.0),
         reraise=False,
     )
@@ -85,8 +102,9 @@ def with_retries(what: str, bootstrap: str, call: Callable[[], T], attempts: int
         return retrying(call)()
     except RetryError as exc:
         cause = exc.last_attempt.exception()
+        tries = exc.last_attempt.attempt_number
         raise KafkaConnectionError(
-            f"{what} failed after {attempts} attempts: Kafka at {bootstrap} did not answer ({cause})"
+            f"{what} failed after {tries} attempts: Kafka at {bootstrap} did not answer ({cause})"
         ) from cause
 
 
