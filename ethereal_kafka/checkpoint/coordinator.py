@@ -4,8 +4,8 @@
 topic, claims the app for this instance, checks the transaction timeout against the broker, and runs
 `init_transactions` over the whole transactional id pool (fencing zombies and aborting their open transactions).
 
-`EpochWriter` is the `foreachBatch` function of one sink. For epoch N it reads N's end offsets from Spark's offset log,
-plans the sink tasks, runs them (phase one, `txn_task`), then for shuffling jobs commits the input end offsets to the
+`EpochWriter` is the `foreachBatch` function of one query (which writes one sink, or several in one transaction per
+task). For epoch N it reads N's end offsets from Spark's offset log, plans the sink tasks, runs them (phase one, `txn_task`), then for shuffling jobs commits the input end offsets to the
 job's consumer group (phase two) and records the epoch in the history. Only when it returns does Spark write its
 commit log, so Kafka is never behind Spark.
 """
@@ -30,6 +30,7 @@ from ethereal_kafka.checkpoint.markers import EpochMarker
 from ethereal_kafka.checkpoint.plan import (
     PARTITION_PRESERVING,
     SHUFFLING,
+    SINK_INDEX_COLUMN,
     EpochPlan,
     TaskSlot,
     progress_topic,
@@ -45,7 +46,7 @@ from ethereal_kafka.checkpoint.txn_task import RESULT_SCHEMA, owner_group, write
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, with_retries
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
-from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns
+from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns, check_same_cluster
 from ethereal_kafka.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class CoordinatorSettings:
     """How the coordinator runs one job.
 
     Attributes:
-        checkpoint_root: The job's checkpoint folder; sink `s` uses `<root>/<s>`.
+        checkpoint_root: The job's checkpoint folder; query `q` uses `<root>/<q>`.
         sink_tasks: Sink tasks (and progress partitions) of shuffling jobs; fixed for the job's life.
         transaction_timeout_ms: Producer transaction timeout; must be >= the epoch interval and <= the broker's
             `transaction.max.timeout.ms`.
@@ -85,8 +86,25 @@ class CoordinatorSettings:
 
 @dataclass(frozen=True)
 class SinkShape:
-    """The classified query feeding one sink."""
+    """The classified query feeding one sink (a query writing exactly that sink)."""
 
+    mode: str
+    stateful: bool
+
+
+@dataclass(frozen=True)
+class QuerySinks:
+    """One streaming query as the coordinator sees it: its name, the sinks it writes, and its classification.
+
+    Attributes:
+        name: Names the query's Spark checkpoint folder, transactional ids and progress group; fixed for the
+            job's life (a query writing one sink is named after it).
+        sinks: The sink connectors, in the order rows index them (`__sink`) when there are several; each
+            connector's `key.column`/`value.column` name its columns.
+    """
+
+    name: str
+    sinks: tuple[KafkaSinkConfig, ...]
     mode: str
     stateful: bool
 
@@ -105,7 +123,7 @@ class CheckpointCoordinator:
         self.sources = dict(sources)
         self.sinks = dict(sinks)
         self.instance_id = uuid.uuid4().hex[:16]
-        self.shapes: dict[str, SinkShape] = {}
+        self.shapes: dict[str, QuerySinks] = {}
         self._partitions: dict[str, int | None] = {}
         self.history = history
         first = next(iter(self.sinks.values()))
@@ -113,25 +131,31 @@ class CheckpointCoordinator:
         self.passthrough = first.passthrough
 
     # -- start-up ------------------------------------------------------------------------------------------------
-    def location(self, sink: str) -> str:
-        """The Spark checkpoint folder of `sink`'s query."""
-        return f"{self.settings.checkpoint_root.rstrip('/')}/{sink}"
+    def location(self, query: str) -> str:
+        """The Spark checkpoint folder of `query`."""
+        return f"{self.settings.checkpoint_root.rstrip('/')}/{query}"
 
-    def prepare(self, shapes: Mapping[str, SinkShape], replaying: bool = False) -> None:
+    def prepare(self, shapes: Mapping[str, SinkShape] | list[QuerySinks], replaying: bool = False) -> None:
         """Check recovery, create the progress topic, claim the app, check timeouts, fence the id pool.
 
         Args:
-            shapes: Per sink, the classified query.
+            shapes: The job's queries; or, per sink name, the classified query writing only that sink.
             replaying: The sources were told to start from an explicit position (a deliberate replay).
 
         Raises:
             RecoveryError: a stateful job lost its Spark checkpoint (and is not replaying).
             ConfigError: the transaction timeout does not fit the epoch interval or the broker's maximum.
         """
-        self.shapes = dict(shapes)
-        for sink, shape in self.shapes.items():
-            if shape.stateful and not replaying and not has_progress(self.location(sink)):
-                self._refuse_if_ran_before(sink)
+        if isinstance(shapes, list):
+            queries = shapes
+        else:
+            queries = [QuerySinks(n, (self.sinks[n],), s.mode, s.stateful) for n, s in shapes.items()]
+        for query in queries:
+            check_same_cluster(query.sinks)
+        self.shapes = {q.name: q for q in queries}
+        for name, shape in self.shapes.items():
+            if shape.stateful and not replaying and not has_progress(self.location(name)):
+                self._refuse_if_ran_before(name)
         self._check_transaction_timeout()
         self._ensure_progress_topic()
         self._claim()
@@ -229,7 +253,7 @@ class CheckpointCoordinator:
     def pool(self) -> list[str]:
         """Every transactional id this job's sinks may use."""
         ids: list[str] = []
-        for sink, shape in self.shapes.items():
+        for query, shape in self.shapes.items():
             if shape.mode == PARTITION_PRESERVING:
                 (source,) = self.sources.values()
                 resolver = PositionResolver(source)
@@ -237,10 +261,10 @@ class CheckpointCoordinator:
                     tps = resolver.topic_partitions()
                 finally:
                     resolver.close()
-                ids += [transactional_id(self.settings.app_id, sink, f"{t}-{p}") for t, p in tps]
+                ids += [transactional_id(self.settings.app_id, query, f"{t}-{p}") for t, p in tps]
             else:
                 ids += [
-                    transactional_id(self.settings.app_id, sink, str(p))
+                    transactional_id(self.settings.app_id, query, str(p))
                     for p in range(self.settings.sink_tasks)
                 ]
         return ids
@@ -273,9 +297,9 @@ class CheckpointCoordinator:
         return self._partitions[sink]
 
     # -- epochs --------------------------------------------------------------------------------------------------
-    def writer(self, sink: str) -> EpochWriter:
-        """The `foreachBatch` function of `sink`."""
-        return EpochWriter(self, sink)
+    def writer(self, query: str) -> EpochWriter:
+        """The `foreachBatch` function of `query`."""
+        return EpochWriter(self, query)
 
     def commit_source_offsets(
         self, ends: list[dict[str, dict[str, int]]], checkpoint: str, epoch: int
@@ -325,13 +349,14 @@ class CheckpointCoordinator:
 
 
 class EpochWriter:
-    """`foreachBatch` function of one sink under the coordinator (any delivery guarantee)."""
+    """`foreachBatch` function of one query under the coordinator (any delivery guarantee)."""
 
-    def __init__(self, coordinator: CheckpointCoordinator, sink: str) -> None:
+    def __init__(self, coordinator: CheckpointCoordinator, query: str) -> None:
         self.coordinator = coordinator
-        self.sink = sink
-        self.config = coordinator.sinks[sink]
-        self.plain = KafkaSink(self.config)
+        self.sink = query
+        self.shape = coordinator.shapes[query]
+        self.config = self.shape.sinks[0]
+        self.plain = KafkaSink(self.shape.sinks)
         self._last_end = 0.0
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -352,8 +377,9 @@ class EpochWriter:
         checkpoint = checkpoint_id(location)
         ends = epoch_end_offsets(location, batch_id)
         c.check_owner()
-        check_columns(self.config, batch)
-        shape = c.shapes[self.sink]
+        for config in self.shape.sinks:
+            check_columns(config, batch)
+        shape = self.shape
         guarantee = c.settings.guarantee
         tasks = skipped = 0
         try:
@@ -385,8 +411,8 @@ class EpochWriter:
         self, batch: DataFrame, batch_id: int, checkpoint: str, ends: list[dict[str, dict[str, int]]]
     ) -> tuple[int, int, int]:
         c = self.coordinator
-        shape = c.shapes[self.sink]
-        key_spec, value_spec = self.plain.specs(batch)
+        shape = self.shape
+        outputs = self.plain.outputs(batch)
         if shape.mode == PARTITION_PRESERVING:
             (source,) = c.sources.values()
             inputs = sorted(
@@ -408,15 +434,16 @@ class EpochWriter:
             group = f"{c.settings.app_id}.ethereal-progress.{self.sink}"
             topic = progress_topic(c.settings.app_id)
             slots = tuple(TaskSlot(str(p), group, topic, p, batch_id + 1) for p in range(tasks))
-            frame = _hash_partitioned(batch, tasks, self.config.key_column, c.output_partitions(self.sink))
+            frame = _hash_partitioned(
+                batch, tasks, [(s.key_column, c.output_partitions(s.name)) for s in shape.sinks]
+            )
         plan = EpochPlan(
             app_id=c.settings.app_id,
             instance_id=c.instance_id,
             checkpoint_id=checkpoint,
             epoch=batch_id,
-            sink=self.config,
-            key_spec=key_spec,
-            value_spec=value_spec,
+            query=self.sink,
+            outputs=outputs,
             mode=shape.mode,
             slots=slots,
             transaction_timeout_ms=c.settings.transaction_timeout_ms,
@@ -493,28 +520,44 @@ class EpochWriter:
         )
 
 
-def _hash_partitioned(
-    batch: DataFrame, tasks: int, key_column: str, kafka_partitions: int | None
-) -> DataFrame:
+def _hash_partitioned(batch: DataFrame, tasks: int, sinks: list[tuple[str, int | None]]) -> DataFrame:
     """Rows over exactly `tasks` Spark partitions, sorted inside each, so what reaches sink task p on a replay is
     what reached it the first time, in the same order.
 
-    With a fixed sink topic of `kafka_partitions` partitions (and no `partition` column of the user's), each row's
-    Kafka partition is computed here from its key (Spark's murmur3 `hash`) and rows are grouped by it: every Kafka
-    partition is written by exactly one task, and epochs commit in order, so each output partition receives the
-    same records in the same order on every replay.
+    Args:
+        sinks: Per sink of the query (in `__sink` index order), its key column and its fixed topic's partition
+            count (None when rows name their topic).
+
+    With fixed sink topics (and no `partition` column of the user's), each row's Kafka partition is computed here
+    from its key (Spark's murmur3 `hash`) and rows are grouped by (sink, partition): every Kafka partition is
+    written by exactly one task, and epochs commit in order, so each output partition receives the same records
+    in the same order on every replay.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType
 
     frame = batch
-    if kafka_partitions and "partition" not in frame.columns and key_column in frame.columns:
-        frame = frame.withColumn("partition", F.pmod(F.hash(F.col(key_column)), F.lit(kafka_partitions)))
+    multi = len(sinks) > 1 and SINK_INDEX_COLUMN in frame.columns
+    if "partition" not in frame.columns:
+        choices = [
+            (i, F.pmod(F.hash(F.col(key)), F.lit(count)))
+            for i, (key, count) in enumerate(sinks)
+            if count and key in frame.columns
+        ]
+        if multi and choices:
+            expr = None
+            for i, chosen in choices:
+                expr = (F if expr is None else expr).when(F.col(SINK_INDEX_COLUMN) == i, chosen)
+            frame = frame.withColumn("partition", expr)  # type: ignore[arg-type]
+        elif not multi and choices:
+            frame = frame.withColumn("partition", choices[0][1])
     orderable = [f.name for f in frame.schema.fields if not isinstance(f.dataType, MapType | ArrayType)]
-    by = (
-        "partition"
-        if "partition" in frame.columns
-        else (key_column if key_column in frame.columns else orderable[0])
-    )
-    first = [by] if by in orderable else []
-    return frame.repartition(tasks, by).sortWithinPartitions(*first, *[c for c in orderable if c != by])
+    key_column = sinks[0][0]
+    if "partition" in frame.columns:
+        by = [SINK_INDEX_COLUMN, "partition"] if multi else ["partition"]
+    elif multi:
+        by = [SINK_INDEX_COLUMN]
+    else:
+        by = [key_column if key_column in frame.columns else orderable[0]]
+    first = [c for c in by if c in orderable]
+    return frame.repartition(tasks, *by).sortWithinPartitions(*first, *[c for c in orderable if c not in by])

@@ -1,11 +1,28 @@
-"""What one epoch's sink tasks need to know, decided on the driver and shipped to executors (picklable)."""
+"""What one epoch's sink tasks need to know, decided on the driver and shipped to executors (picklable).
+
+A *query* is one Spark streaming query; it writes one or more sinks (`SinkOutput`). With several, each row names
+its sink in the `SINK_INDEX_COLUMN` column and every task commits the records of all of them in one transaction.
+Transactional ids, progress markers and the Spark checkpoint folder are named after the query (a query with one
+sink is named after that sink).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig
-from ethereal_kafka.serde import SerdeSpec
+from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN, SinkOutput
+
+__all__ = [
+    "PARTITION_PRESERVING",
+    "SHUFFLING",
+    "SINK_INDEX_COLUMN",
+    "EpochPlan",
+    "SinkOutput",
+    "TaskSlot",
+    "progress_topic",
+    "transactional_id",
+]
 
 PARTITION_PRESERVING = "partition-preserving"
 SHUFFLING = "shuffling"
@@ -16,9 +33,9 @@ def progress_topic(app_id: str) -> str:
     return f"{app_id}.ethereal-progress"
 
 
-def transactional_id(app_id: str, sink: str, task_name: str) -> str:
-    """`{app.id}-{sink}-{task}`: stable across restarts, one live writer per id."""
-    return f"{app_id}-{sink}-{task_name}"
+def transactional_id(app_id: str, query: str, task_name: str) -> str:
+    """`{app.id}-{query}-{task}`: stable across restarts, one live writer per id."""
+    return f"{app_id}-{query}-{task_name}"
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,9 @@ class EpochPlan:
     """Everything a sink task of epoch `epoch` needs.
 
     Attributes:
+        query: The query's name (part of transactional ids).
+        outputs: The sinks the query writes; rows choose one by `SINK_INDEX_COLUMN` when there are several. All
+            share one cluster (checked when the query is built), whose connection settings `sink` gives.
         slots: Task i of the epoch's write uses `slots[i]`.
         instance_id: This run of the job; a task that finds another instance's claim stops (FencedError).
     """
@@ -52,13 +72,17 @@ class EpochPlan:
     instance_id: str
     checkpoint_id: str
     epoch: int
-    sink: KafkaSinkConfig
-    key_spec: SerdeSpec
-    value_spec: SerdeSpec
+    query: str
+    outputs: tuple[SinkOutput, ...]
     mode: str
     slots: tuple[TaskSlot, ...]
     transaction_timeout_ms: int
 
+    @property
+    def sink(self) -> KafkaSinkConfig:
+        """The first sink's connector: its bootstrap servers and `kafka.*` settings serve every output."""
+        return self.outputs[0].config
+
     def transactional_id(self, slot: TaskSlot) -> str:
         """The transactional id of `slot`."""
-        return transactional_id(self.app_id, self.sink.name, slot.name)
+        return transactional_id(self.app_id, self.query, slot.name)

@@ -32,7 +32,7 @@ from ethereal_kafka.checkpoint.clients import (
 from ethereal_kafka.checkpoint.errors import FencedError, TransactionError
 from ethereal_kafka.checkpoint.markers import EpochMarker
 from ethereal_kafka.checkpoint.plan import EpochPlan, TaskSlot, progress_topic
-from ethereal_kafka.connectors.kafka.encoding import OutRecord, encode_batches
+from ethereal_kafka.connectors.kafka.encoding import OutRecord, encode_outputs
 from ethereal_kafka.connectors.kafka.sink import send_records
 
 T = TypeVar("T")
@@ -234,7 +234,7 @@ def write_task(plan: EpochPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[p
 
     context = TaskContext.get()
     index = context.partitionId() if context is not None else 0
-    records = list(encode_batches(plan.sink, plan.key_spec, plan.value_spec, batches))
+    records = list(encode_outputs(plan.outputs, batches))
     task = TransactionalTask(plan, index)
     committed = task.commit(records)
     yield pa.RecordBatch.from_pydict(

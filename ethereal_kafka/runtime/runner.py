@@ -1,8 +1,8 @@
 """`ethereal-kafka run JOB.properties`: run a job under the checkpoint coordinator until it is told to stop.
 
 Lifecycle: load and validate the job; start Spark (embedded `local[2]` unless the job or `spark-submit` says
-otherwise); build the sources and the pipeline; classify each sink's query; let the coordinator check recovery and
-fence the transactional id pool; start one streaming query per sink. SIGTERM/SIGINT stop the queries (an epoch in
+otherwise); build the sources and the pipeline's queries (`runtime.pipeline`); let the coordinator check recovery and
+fence the transactional id pool; start the queries. SIGTERM/SIGINT stop the queries (an epoch in
 flight is aborted by its transactions, never half-committed) and the process exits 0; a fatal error exits 1 with a
 one-line reason.
 """
@@ -15,15 +15,15 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, SinkShape
+from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, QuerySinks
 from ethereal_kafka.checkpoint.history import HistoryLog
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
-from ethereal_kafka.plan.classify import classify
-from ethereal_kafka.runtime.job import RunningJob, resolve_pipeline
+from ethereal_kafka.runtime.job import RunningJob
+from ethereal_kafka.runtime.pipeline import build_queries
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,20 +43,22 @@ def job_sources(loaded: LoadedJob, fresh: bool) -> dict[str, KafkaSourceConfig]:
     return out
 
 
+def checkpoint_has_progress(root: str) -> bool:
+    """True when any query under the job's checkpoint folder has logged an epoch."""
+    folder = Path(root)
+    return folder.is_dir() and any(
+        child.is_dir() and child.name != "sources" and has_progress(child) for child in folder.iterdir()
+    )
+
+
 def start(
     spark: SparkSession, loaded: LoadedJob, available_now: bool = False
 ) -> tuple[RunningJob, CheckpointCoordinator]:
     """Build the job's queries under a coordinator and start them."""
     job = loaded.job
-    fresh = not any(has_progress(f"{job.checkpoint_location}/{sink}") for sink in loaded.sinks)
+    fresh = not checkpoint_has_progress(job.checkpoint_location)
     sources = job_sources(loaded, fresh)
-    frames = {
-        name: spark.readStream.format("ethereal-kafka").options(**conf.to_properties()).load()
-        for name, conf in sources.items()
-    }
-    outputs: Any = resolve_pipeline(job.pipeline)(frames)
-    if not isinstance(outputs, dict):
-        outputs = {next(iter(loaded.sinks)): outputs}
+    builds = build_queries(spark, loaded, sources)
     history = HistoryLog(job.app_id)
     coordinator = CheckpointCoordinator(
         CoordinatorSettings(
@@ -72,26 +74,23 @@ def start(
         loaded.sinks,
         history,
     )
-    shapes = {}
-    modes = {}
-    for name, frame in outputs.items():
-        shape = classify(frame)
-        shapes[name] = SinkShape(shape.mode, shape.stateful)
-        modes[name] = shape.output_mode(job.output_mode)
-    coordinator.prepare(shapes, replaying=fresh and job.replay_from is not None)
+    coordinator.prepare(
+        [QuerySinks(b.name, b.sinks, b.mode, b.stateful) for b in builds],
+        replaying=fresh and job.replay_from is not None,
+    )
     queries = {}
-    for name, frame in outputs.items():
+    for build in builds:
         writer = (
-            frame.writeStream.foreachBatch(coordinator.writer(name))
-            .queryName(f"{job.app_id}-{name}")
-            .option("checkpointLocation", coordinator.location(name))
-            .outputMode(modes[name])
+            build.frame.writeStream.foreachBatch(coordinator.writer(build.name))
+            .queryName(f"{job.app_id}-{build.name}")
+            .option("checkpointLocation", coordinator.location(build.name))
+            .outputMode(build.output_mode)
         )
         if available_now:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{job.trigger_interval_ms} milliseconds")
-        queries[name] = writer.start()
+        queries[build.name] = writer.start()
     return RunningJob(queries), coordinator
 
 

@@ -5,11 +5,14 @@ Used by every sink path (at-least-once, at-most-once, transactional) inside Spar
 Input columns: `value.column` (default `value`; `*` = every column but key/topic/partition/headers, as one
 record) serialized per `value.format`; `key.column` (default `key`, optional) per `key.format`; `topic` (string; used
 when the connector has no `topic`), `partition` (int, optional), `headers` (array<struct<key,value>>, optional).
+
+A query may write several sinks (`SinkOutput`s): each row then names its sink's index in `__sink`, and each sink
+reads its own key and value columns (its connector's `key.column`/`value.column`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -18,8 +21,11 @@ from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.serde import Codec, SerdeSpec
 
+#: Column naming, per row, the index of the sink (in a query's outputs) a multi-sink query writes it to.
+SINK_INDEX_COLUMN = "__sink"
+
 #: Columns that steer a record and are never part of a `value.column=*` record.
-ROUTING_COLUMNS = ("topic", "partition", "headers")
+ROUTING_COLUMNS = ("topic", "partition", "headers", SINK_INDEX_COLUMN)
 
 _CODECS: dict[SerdeSpec, Codec] = {}
 
@@ -33,6 +39,16 @@ class OutRecord:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]] | None
+
+
+@dataclass(frozen=True)
+class SinkOutput:
+    """One sink written by a query: its connector (whose `key.column`/`value.column` name this output's columns)
+    and its key/value serde specs, fixed on the driver from the query's schema (picklable)."""
+
+    config: KafkaSinkConfig
+    key_spec: SerdeSpec
+    value_spec: SerdeSpec
 
 
 def codec_for(spec: SerdeSpec) -> Codec:
@@ -104,7 +120,7 @@ def encode_batches(
             yield OutRecord(topics[i], partitions[i] if partitions else None, keys[i], values[i], row_headers)
 
 
-def sink_specs(config: KafkaSinkConfig, columns: list[tuple[str, object]]) -> tuple[SerdeSpec, SerdeSpec]:
+def sink_specs(config: KafkaSinkConfig, columns: Sequence[tuple[str, object]]) -> tuple[SerdeSpec, SerdeSpec]:
     """Key and value serde specs of a sink; a json field without a declared schema takes its columns' types.
 
     Args:
@@ -126,3 +142,32 @@ def sink_specs(config: KafkaSinkConfig, columns: list[tuple[str, object]]) -> tu
         else:
             specs.append(SerdeSpec.from_settings(config, field))
     return specs[0], specs[1]
+
+
+def encode_outputs(outputs: Sequence[SinkOutput], batches: Iterable[pa.RecordBatch]) -> Iterator[OutRecord]:
+    """Yield the records of every row for the sink it names: with one output, every row in row order; with
+    several, per batch the rows of output 0, then of output 1, ... each in row order (a deterministic order).
+
+    Raises:
+        ConfigError: a row names no output or an unknown one.
+        SerdeError: a value cannot be serialized.
+    """
+    if len(outputs) == 1:
+        only = outputs[0]
+        yield from encode_batches(only.config, only.key_spec, only.value_spec, batches)
+        return
+    import pyarrow.compute as pc
+
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        names = batch.schema.names
+        if SINK_INDEX_COLUMN not in names:
+            raise ConfigError(f"a query writing {len(outputs)} sinks needs a {SINK_INDEX_COLUMN} column")
+        index = batch.column(names.index(SINK_INDEX_COLUMN))
+        if index.null_count or (len(index) and int(pc.max(index).as_py()) >= len(outputs)):
+            raise ConfigError(f"a row names no sink, or a sink beyond the query's {len(outputs)} sinks")
+        for i, output in enumerate(outputs):
+            subset = batch.filter(pc.equal(index, i))
+            if subset.num_rows:
+                yield from encode_batches(output.config, output.key_spec, output.value_spec, [subset])

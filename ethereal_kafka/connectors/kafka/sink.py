@@ -3,22 +3,22 @@
 Each Spark task sends its rows with an idempotent producer and flushes before it reports success, so when Spark
 records an epoch as done every record of it is acknowledged by Kafka. A failed task is retried by Spark and may
 resend records: at-least-once. The exactly-once path (transactions, epoch markers) is `ethereal_kafka.checkpoint`.
-Rows are turned into records by `encoding` (see there for the input columns).
+Rows are turned into records by `encoding` (see there for the input columns); a sink object may write several sink
+connectors from one query (rows name theirs in `__sink`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, Message, Producer
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig
-from ethereal_kafka.connectors.kafka.encoding import OutRecord, encode_batches, sink_specs
+from ethereal_kafka.connectors.kafka.encoding import OutRecord, SinkOutput, encode_outputs, sink_specs
 from ethereal_kafka.connectors.kafka.producers import cached_producer, drop_producer, producer_config
 from ethereal_kafka.errors import ConfigError, KafkaConnectionError
-from ethereal_kafka.serde import SerdeSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -48,15 +48,16 @@ def send_records(producer: Producer, records: Iterable[OutRecord], on_delivery: 
 
 
 def produce_arrow(
-    config: KafkaSinkConfig, key_spec: SerdeSpec, value_spec: SerdeSpec, batches: Iterator[pa.RecordBatch]
+    outputs: Sequence[SinkOutput], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """Produce every row of `batches` and flush; yields one row with the number of records sent.
+    """Produce every row of `batches` to its sink and flush; yields one row with the number of records sent.
 
     Runs inside a Spark task (via `mapInArrow`).
 
     Raises:
         KafkaConnectionError: a delivery failed or was not acknowledged within `flush.timeout.ms`.
     """
+    config = outputs[0].config
     conf = producer_config(config.bootstrap_servers, config.passthrough)
     producer = cached_producer(conf)
     failures: list[str] = []
@@ -65,8 +66,8 @@ def produce_arrow(
         if err is not None:
             failures.append(err.str())
 
-    sent = send_records(producer, encode_batches(config, key_spec, value_spec, batches), on_delivery)
-    remaining = producer.flush(config.flush_timeout_ms / 1000)
+    sent = send_records(producer, encode_outputs(outputs, batches), on_delivery)
+    remaining = producer.flush(max(o.config.flush_timeout_ms for o in outputs) / 1000)
     if remaining or failures:
         drop_producer(conf)
         raise KafkaConnectionError(
@@ -77,17 +78,26 @@ def produce_arrow(
 
 
 class KafkaSink:
-    """A `foreachBatch` function: `query = df.writeStream.foreachBatch(KafkaSink(config)).start()`."""
+    """A `foreachBatch` function: `query = df.writeStream.foreachBatch(KafkaSink(config)).start()`.
 
-    def __init__(self, config: KafkaSinkConfig) -> None:
-        self.config = config
-        self._specs: tuple[SerdeSpec, SerdeSpec] | None = None
+    With several connectors, rows name theirs by index in the `__sink` column and each connector reads its own
+    `key.column`/`value.column`; all must use the same cluster.
+    """
 
-    def specs(self, batch: DataFrame) -> tuple[SerdeSpec, SerdeSpec]:
-        """Key and value serde specs, fixed from the first batch's schema."""
-        if self._specs is None:
-            self._specs = sink_specs(self.config, [(f.name, f.dataType) for f in batch.schema.fields])
-        return self._specs
+    def __init__(self, config: KafkaSinkConfig | Sequence[KafkaSinkConfig]) -> None:
+        self.configs: tuple[KafkaSinkConfig, ...] = (
+            (config,) if isinstance(config, KafkaSinkConfig) else tuple(config)
+        )
+        check_same_cluster(self.configs)
+        self.config = self.configs[0]
+        self._outputs: tuple[SinkOutput, ...] | None = None
+
+    def outputs(self, batch: DataFrame) -> tuple[SinkOutput, ...]:
+        """Every connector with its key and value serde specs, fixed from the first batch's schema."""
+        if self._outputs is None:
+            columns = [(f.name, f.dataType) for f in batch.schema.fields]
+            self._outputs = tuple(SinkOutput(c, *sink_specs(c, columns)) for c in self.configs)
+        return self._outputs
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Write one epoch; returns when every record is acknowledged (called by Spark on the driver)."""
@@ -95,13 +105,31 @@ class KafkaSink:
 
     def write(self, batch: DataFrame, batch_id: int) -> int:
         """Write one epoch's DataFrame to Kafka and return the number of records sent."""
-        check_columns(self.config, batch)
-        config = self.config
-        key_spec, value_spec = self.specs(batch)
-        counts = batch.mapInArrow(
-            lambda it: produce_arrow(config, key_spec, value_spec, it), RESULT_SCHEMA
-        ).collect()
+        for config in self.configs:
+            check_columns(config, batch)
+        outputs = self.outputs(batch)
+        counts = batch.mapInArrow(lambda it: produce_arrow(outputs, it), RESULT_SCHEMA).collect()
         return sum(int(row["records"]) for row in counts)
+
+
+def check_same_cluster(configs: Sequence[KafkaSinkConfig]) -> None:
+    """One query's sinks share one producer (one transaction): they must name the same cluster and settings.
+
+    Raises:
+        ConfigError: the connectors differ in `bootstrap.servers` or `kafka.*` settings.
+    """
+    if not configs:
+        raise ConfigError("a query must write at least one sink")
+    first = configs[0]
+    for other in configs[1:]:
+        if (other.bootstrap_servers, dict(other.passthrough)) != (
+            first.bootstrap_servers,
+            dict(first.passthrough),
+        ):
+            raise ConfigError(
+                f"sinks {first.name} and {other.name} are written by one query (one transaction) but name "
+                "different clusters or kafka.* settings"
+            )
 
 
 def check_columns(config: KafkaSinkConfig, batch: DataFrame) -> None:

@@ -1,0 +1,112 @@
+"""Turn a job's `pipeline=module:function` into the streaming queries the runner starts.
+
+Two styles of pipeline function are accepted:
+
+- **DataStream API** — `function(env)`, whose one parameter is named `env`: it builds a job graph on the given
+  `StreamExecutionEnvironment` (`env.from_source(name)`, ..., `stream.sink_to(name)`); the plan layer compiles the
+  graph into queries (a query may write several sinks in one transaction, e.g. a window's results and its late
+  records).
+- **DataFrame** — `function(sources)`, called with `{source name: streaming DataFrame}`, returning one DataFrame (for
+  the only sink) or `{sink name: DataFrame}`: one query per sink, named after it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+from ethereal_kafka.config.job import LoadedJob
+from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.plan.classify import classify
+from ethereal_kafka.runtime.job import resolve_pipeline
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class QueryBuild:
+    """One streaming query ready to start.
+
+    Attributes:
+        name: Fixed for the job's life: names the query's checkpoint folder and transactional ids.
+        frame: The streaming DataFrame the query writes.
+        sinks: The sink connectors it writes (rows pick one by `__sink` when there are several).
+        output_mode: Spark output mode.
+        mode: `partition-preserving` or `shuffling` (see `plan.classify`).
+        stateful: The query keeps operator state between epochs.
+    """
+
+    name: str
+    frame: DataFrame
+    sinks: tuple[KafkaSinkConfig, ...]
+    output_mode: str
+    mode: str
+    stateful: bool
+
+
+def is_graph_pipeline(function: Any) -> bool:
+    """True when `function` is a DataStream API pipeline: exactly one parameter, named `env`."""
+    try:
+        params = list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return False
+    return params == ["env"]
+
+
+def source_frame(spark: SparkSession, config: KafkaSourceConfig) -> DataFrame:
+    """The streaming DataFrame of one Kafka source connector."""
+    return spark.readStream.format("ethereal-kafka").options(**config.to_properties()).load()
+
+
+def build_queries(
+    spark: SparkSession, loaded: LoadedJob, sources: Mapping[str, KafkaSourceConfig]
+) -> list[QueryBuild]:
+    """Call the job's pipeline function and return its queries.
+
+    Raises:
+        ConfigError: the pipeline cannot be imported, returns something other than DataFrames, or its outputs do
+            not match the job's sinks.
+    """
+    function = resolve_pipeline(loaded.job.pipeline)
+    if is_graph_pipeline(function):
+        from ethereal_kafka.api.environment import StreamExecutionEnvironment
+        from ethereal_kafka.plan.compiler import compile_graph
+
+        env = StreamExecutionEnvironment.for_job(loaded, sources=sources)
+        function(env)
+        return [
+            QueryBuild(q.name, q.frame, q.sinks, q.output_mode, q.mode, q.stateful)
+            for q in compile_graph(spark, env.graph(), loaded.job)
+        ]
+    frames = {name: source_frame(spark, conf) for name, conf in sources.items()}
+    outputs: Any = function(frames)
+    if not isinstance(outputs, Mapping):
+        if len(loaded.sinks) != 1:
+            raise ConfigError(
+                f"pipeline {loaded.job.pipeline} returned one DataFrame but the job has several sinks"
+            )
+        outputs = {next(iter(loaded.sinks)): outputs}
+    missing = sorted(set(loaded.sinks) - set(outputs))
+    extra = sorted(set(outputs) - set(loaded.sinks))
+    if missing or extra:
+        raise ConfigError(
+            f"pipeline outputs {sorted(outputs)} do not match the job's sinks {sorted(loaded.sinks)}"
+        )
+    builds = []
+    for name, frame in outputs.items():
+        shape = classify(frame)
+        builds.append(
+            QueryBuild(
+                name,
+                frame,
+                (loaded.sinks[name],),
+                shape.output_mode(loaded.job.output_mode),
+                shape.mode,
+                shape.stateful,
+            )
+        )
+    return builds
