@@ -27,10 +27,12 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/pytest tests
-	@if pgrep -f '[e]thereal.kafka.broker.dir=.*pytest-broker' >/dev/null; then \
-		echo "FAIL: the test suite left a broker JVM running"; pgrep -af '[e]thereal.kafka.broker.dir=.*pytest-broker'; exit 1; \
-	else echo "ok: no broker JVM left running by the test suite"; fi
+	@run=$$(mktemp -d /tmp/ethereal-kafka-test-XXXXXX); \
+	$(BIN)/pytest tests --basetemp=$$run/pytest; status=$$?; \
+	if pgrep -f "[e]thereal.kafka.broker.dir=$$run" >/dev/null; then \
+		echo "FAIL: the test suite left a broker JVM running"; pgrep -af "[e]thereal.kafka.broker.dir=$$run"; exit 1; \
+	else echo "ok: no broker JVM left running by the test suite"; fi; \
+	exit $$status
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit

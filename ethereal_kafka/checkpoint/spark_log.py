@@ -46,7 +46,14 @@ def epoch_end_offsets(location: str | Path, epoch: int) -> list[dict[str, dict[s
     sources: list[dict[str, dict[str, int]]] = []
     for line in lines[2:]:
         value: Any = json.loads(line) if line.strip() and line.strip() != "-" else {}
-        sources.append({str(t): {str(p): int(o) for p, o in parts.items()} for t, parts in value.items()})
+        # Keys starting with "@" are not topics the source reads (e.g. pinned lookup-table offsets).
+        sources.append(
+            {
+                str(t): {str(p): int(o) for p, o in parts.items()}
+                for t, parts in value.items()
+                if not t.startswith("@")
+            }
+        )
     return sources
 
 

@@ -1,0 +1,138 @@
+"""`StreamExecutionEnvironment`: where a DataStream pipeline starts (sources) and ends (sinks).
+
+Two ways to run a pipeline:
+
+- As a job's pipeline function: `pipeline=my_jobs.orders:build` in the job file, with `def build(env): ...`;
+  `ethereal-kafka run job.properties` creates the environment from the job file, calls `build(env)`, compiles the
+  graph and runs it under the checkpoint coordinator.
+- As a script: `env = StreamExecutionEnvironment.from_job_file("job.properties")`, build the graph, then
+  `env.execute()` (the same runner, in this process).
+
+Sources and sinks are the connector files the job file names; streams refer to them by connector `name`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ethereal_kafka.api import graph as g
+from ethereal_kafka.api.datastream import DataStream
+from ethereal_kafka.api.errors import GraphError
+
+if TYPE_CHECKING:
+    from ethereal_kafka.config.connectors import KafkaSourceConfig
+    from ethereal_kafka.config.job import LoadedJob
+
+N = TypeVar("N", bound=g.Node)
+
+
+class StreamExecutionEnvironment:
+    """Collects the job graph of one pipeline.
+
+    Attributes:
+        job: The loaded job file (connectors, checkpoint, guarantee), or None for a graph built without one (unit
+            tests of a pipeline's shape).
+    """
+
+    def __init__(
+        self, job: LoadedJob | None = None, sources: Mapping[str, KafkaSourceConfig] | None = None
+    ) -> None:
+        self.job = job
+        self.sources: Mapping[str, KafkaSourceConfig] = (
+            sources if sources is not None else (job.sources if job is not None else {})
+        )
+        self._nodes: list[g.Node] = []
+        self._sinks: list[g.SinkNode] = []
+        self._source_nodes: dict[str, g.SourceNode] = {}
+
+    @classmethod
+    def from_job_file(cls, path: str | Path) -> StreamExecutionEnvironment:
+        """An environment for the job file at `path` (its connectors are loaded and validated).
+
+        Raises:
+            ConfigError: the job file or a connector file is invalid.
+        """
+        from ethereal_kafka.config.job import load_job
+
+        return cls(load_job(path))
+
+    @classmethod
+    def for_job(
+        cls, job: LoadedJob, sources: Mapping[str, KafkaSourceConfig] | None = None
+    ) -> StreamExecutionEnvironment:
+        """The environment the runner hands to a pipeline function (`sources` as the runner adjusted them)."""
+        return cls(job, sources)
+
+    # -- graph building (called by DataStream methods) -----------------------------------------------------------
+    def add(self, cls: type[N], inputs: tuple[g.Node, ...], **attrs: Any) -> N:
+        """Append a node of type `cls` reading `inputs`; returns it."""
+        for node in inputs:
+            if node not in self._nodes:
+                raise GraphError(f"{node.label} belongs to another environment")
+        node = cls(id=len(self._nodes), inputs=inputs, **attrs)
+        self._nodes.append(node)
+        return node
+
+    def from_source(self, name: str) -> DataStream:
+        """The stream of the job's source connector `name` (one node per source, however often it is asked for).
+
+        Raises:
+            GraphError: the job has no such source.
+        """
+        if self.job is not None and name not in self.sources:
+            raise GraphError(
+                f"the job has no source named {name!r} (sources: {', '.join(self.sources) or 'none'})"
+            )
+        node = self._source_nodes.get(name)
+        if node is None:
+            node = self._source_nodes[name] = self.add(g.SourceNode, (), source=name)
+        return DataStream(self, node)
+
+    def add_sink(self, node: g.Node, sink: str) -> None:
+        """Write `node`'s stream to the job's sink connector `sink`.
+
+        Raises:
+            GraphError: the job has no such sink, or it is already written by another stream.
+        """
+        if self.job is not None and sink not in self.job.sinks:
+            raise GraphError(
+                f"the job has no sink named {sink!r} (sinks: {', '.join(self.job.sinks) or 'none'})"
+            )
+        if any(s.sink == sink for s in self._sinks):
+            raise GraphError(f"sink {sink!r} is written by two streams; union them first")
+        self._sinks.append(self.add(g.SinkNode, (node,), sink=sink))
+
+    def graph(self) -> g.JobGraph:
+        """The graph built so far.
+
+        Raises:
+            GraphError: no stream is written to a sink.
+        """
+        if not self._sinks:
+            raise GraphError("the pipeline writes no stream to a sink (call stream.sink_to(name))")
+        return g.JobGraph(tuple(self._nodes), tuple(self._sinks))
+
+    # -- running -------------------------------------------------------------------------------------------------
+    def execute(self, available_now: bool = False) -> int:
+        """Run this graph as the job (script style): until SIGTERM/SIGINT, or until the input is consumed with
+        `available_now`. Returns the exit code.
+
+        Raises:
+            GraphError: the environment has no job file (use `from_job_file`).
+        """
+        if self.job is None:
+            raise GraphError(
+                "execute() needs an environment made by StreamExecutionEnvironment.from_job_file"
+            )
+        from ethereal_kafka.runtime.runner import run
+
+        graph = self.graph()
+        builder: Callable[[StreamExecutionEnvironment], None] = lambda env: env._adopt(graph)  # noqa: E731
+        return run(self.job.path, available_now=available_now, graph_builder=builder)
+
+    def _adopt(self, graph: g.JobGraph) -> None:
+        """Take over a graph built by another environment of the same job (used by `execute`)."""
+        self._nodes = list(graph.nodes)
+        self._sinks = list(graph.sinks)

@@ -1,0 +1,198 @@
+"""User-function interfaces of the DataStream API.
+
+Elements are dicts of field name to value (Spark types become Python values: `long` → int, `timestamp` →
+`datetime` in UTC, `binary` → bytes). Every function may also be given as a plain callable where an interface
+has a single method. Functions are pickled and run on executors: they must be importable (defined in a module,
+not in `__main__` of a script run by spark-submit) and deterministic — processing time, randomness or external
+lookups break byte-identical replay.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from ethereal_kafka.api.state import (
+        AggregatingState,
+        AggregatingStateDescriptor,
+        ListState,
+        ListStateDescriptor,
+        MapState,
+        MapStateDescriptor,
+        ValueState,
+        ValueStateDescriptor,
+    )
+    from ethereal_kafka.api.tags import OutputTag
+    from ethereal_kafka.api.windows import TimeWindow
+
+Element = dict[str, Any]
+ACC = TypeVar("ACC")
+
+
+class MapFunction(ABC):
+    """One element in, one element out."""
+
+    @abstractmethod
+    def map(self, value: Element) -> Element:
+        """Called once per element, on an executor."""
+
+
+class FilterFunction(ABC):
+    """Keep the elements for which `filter` is true."""
+
+    @abstractmethod
+    def filter(self, value: Element) -> bool:
+        """Called once per element, on an executor."""
+
+
+class FlatMapFunction(ABC):
+    """One element in, zero or more out."""
+
+    @abstractmethod
+    def flat_map(self, value: Element) -> Iterable[Element]:
+        """Called once per element, on an executor; yields or returns the output elements."""
+
+
+class ReduceFunction(ABC):
+    """Combine two elements of a key (or window) into one of the same type."""
+
+    @abstractmethod
+    def reduce(self, a: Element, b: Element) -> Element:
+        """`a` is the running result, `b` the new element (in event-time order within an epoch)."""
+
+
+class AggregateFunction(ABC, Generic[ACC]):
+    """Incremental aggregation with an accumulator (Flink's AggregateFunction).
+
+    The accumulator may be any picklable Python value; it is kept in Spark's state store between epochs (so it is
+    versioned with the checkpoint and restored on replay).
+    """
+
+    @abstractmethod
+    def create_accumulator(self) -> ACC:
+        """A fresh accumulator (called for each new key/window)."""
+
+    @abstractmethod
+    def add(self, value: Element, accumulator: ACC) -> ACC:
+        """Add one element; may mutate and return `accumulator`."""
+
+    @abstractmethod
+    def get_result(self, accumulator: ACC) -> Any:
+        """The result: a dict (its fields become the output's fields) or a single value (field `value`)."""
+
+    def merge(self, a: ACC, b: ACC) -> ACC:
+        """Merge two accumulators (session windows merge their windows' accumulators)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement merge (needed by session windows)"
+        )
+
+
+class WindowContext:
+    """What a `ProcessWindowFunction` knows about the window it is called for."""
+
+    def __init__(self, window: TimeWindow, watermark: int, late_firing: bool) -> None:
+        self.window = window
+        self._watermark = watermark
+        self.late_firing = late_firing
+
+    def current_watermark(self) -> int:
+        """The watermark of the epoch in which the window fires."""
+        return self._watermark
+
+
+class ProcessWindowFunction(ABC):
+    """Called with all elements of a window when it fires (elements are buffered in state until then)."""
+
+    @abstractmethod
+    def process(self, key: Any, context: WindowContext, elements: list[Element]) -> Iterable[Element]:
+        """Yield the window's output elements; `elements` are in event-time order."""
+
+
+class TimerService:
+    """Time and timers of a keyed process function (see `KeyedProcessFunction`)."""
+
+    def current_watermark(self) -> int:
+        """The watermark of the current epoch (epoch ms; `-1`/0 before any)."""
+        raise NotImplementedError
+
+    def current_processing_time(self) -> int:
+        """The epoch's processing time (the batch timestamp Spark logged for it: stable when the epoch is replayed)."""
+        raise NotImplementedError
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        """Call `on_timer` once the watermark reaches `timestamp` (one timer per key and time)."""
+        raise NotImplementedError
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        """Call `on_timer` once processing time reaches `timestamp`."""
+        raise NotImplementedError
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        """Remove a registered event-time timer (no error if absent)."""
+        raise NotImplementedError
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        """Remove a registered processing-time timer (no error if absent)."""
+        raise NotImplementedError
+
+
+class KeyedContext:
+    """The context handed to `process_element` and `on_timer`."""
+
+    def get_current_key(self) -> Any:
+        """The key of the element or timer."""
+        raise NotImplementedError
+
+    def timestamp(self) -> int | None:
+        """The element's event time (epoch ms), or the firing timer's time in `on_timer`."""
+        raise NotImplementedError
+
+    def timer_service(self) -> TimerService:
+        """Timers and time."""
+        raise NotImplementedError
+
+    def output(self, tag: OutputTag, value: Element) -> None:
+        """Emit `value` to the side output `tag` (declared in `process(..., side_outputs=[tag])`)."""
+        raise NotImplementedError
+
+
+class RuntimeContext:
+    """Access to keyed state, given to `KeyedProcessFunction.open`."""
+
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
+        """A single value per key."""
+        raise NotImplementedError
+
+    def get_list_state(self, descriptor: ListStateDescriptor) -> ListState:
+        """A list per key."""
+        raise NotImplementedError
+
+    def get_map_state(self, descriptor: MapStateDescriptor) -> MapState:
+        """A map per key."""
+        raise NotImplementedError
+
+    def get_aggregating_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState:
+        """An `AggregateFunction` accumulator per key."""
+        raise NotImplementedError
+
+
+class KeyedProcessFunction(ABC):
+    """Low-level keyed processing with state and timers (Flink's KeyedProcessFunction).
+
+    Lifecycle: `open(runtime_context)` once per executor-side instance, before any element (declare state there);
+    `process_element` for every element of a key, in event-time order within an epoch; `on_timer` when a timer
+    fires (after the epoch's elements of that key). Outputs are yielded (or returned as a list).
+    """
+
+    def open(self, runtime_context: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Declare state here."""
+
+    @abstractmethod
+    def process_element(self, value: Element, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle one element."""
+
+    def on_timer(self, timestamp: int, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle a timer registered for the current key."""
+        return None

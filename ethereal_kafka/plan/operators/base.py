@@ -1,0 +1,200 @@
+"""What every framework operator shares: a keyed `StatefulProcessor` on Spark's transformWithState (Row-based),
+deterministic element order, pickled state, and rows for the main and side outputs.
+
+Time (see SPARK-NOTES.md): operators run in Spark's `EventTime` mode over input whose `__ts` column has lost its
+watermark metadata (`strip_watermark`), so Spark does not drop late rows before the operator sees them; the
+operator decides what is late from the epoch's watermark (`Times.watermark`, Spark's eviction watermark: the
+largest event time of earlier epochs minus the bound) and routes late rows itself. Event-time timers fire after
+the epoch's input rows, for every timer at or before the watermark — including timers registered in this epoch.
+
+Order: within an epoch, a key's rows arrive in no particular order; `Elements` sorts them by event time, then
+source partition and offset, then content, so a replayed epoch processes them identically.
+
+State values are pickled into binary columns; keep them small (one accumulator, not every element, unless the
+operator must buffer).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS, is_hidden
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+    from pyspark.sql.types import StructType
+
+#: Schema of a state value holding one pickled Python value.
+PICKLED = "v binary"
+
+_MIN_TIME = -(2**62)
+
+
+@dataclass(frozen=True)
+class Times:
+    """The epoch's clocks as Spark gives them to a processor.
+
+    Attributes:
+        watermark: Event-time watermark in ms (Spark reports 0 before the first watermark).
+        processing_time: The epoch's batch timestamp in ms (logged by Spark: the same when the epoch is replayed).
+    """
+
+    watermark: int
+    processing_time: int
+
+
+@dataclass(frozen=True)
+class OutputLayout:
+    """The columns an operator's rows have, in order: user fields, `__ts`, `__key`, then (with side outputs)
+    `__tag` and one struct column per side output.
+
+    Attributes:
+        fields: The main output's user fields.
+        tags: Side output names, in column order.
+        tag_fields: For each tag, its user fields.
+    """
+
+    fields: tuple[str, ...]
+    tags: tuple[str, ...] = ()
+    tag_fields: tuple[tuple[str, ...], ...] = ()
+
+    def main(self, element: dict[str, Any], ts: Any, key: Any) -> tuple[Any, ...]:
+        """A main-output row."""
+        values = [element.get(f) for f in self.fields]
+        tail: list[Any] = [ts, key]
+        if self.tags:
+            tail += [None] + [None] * len(self.tags)
+        return (*values, *tail)
+
+    def side(self, tag: str, element: dict[str, Any], ts: Any, key: Any) -> tuple[Any, ...]:
+        """A row of side output `tag` (main fields null)."""
+        index = self.tags.index(tag)
+        sides: list[Any] = [None] * len(self.tags)
+        sides[index] = tuple(element.get(f) for f in self.tag_fields[index])
+        return (*([None] * len(self.fields)), ts, key, tag, *sides)
+
+
+def strip_watermark(frame: DataFrame) -> DataFrame:
+    """`frame` with `__ts` rebuilt as a plain expression: it loses Spark's watermark metadata, so transformWithState
+    in EventTime mode hands late rows to the operator instead of dropping them (the query keeps its watermark)."""
+    from pyspark.sql import functions as F
+
+    if TS not in frame.columns:
+        return frame
+    return frame.withColumn(TS, F.timestamp_micros(F.unix_micros(F.col(TS))))
+
+
+def transform(
+    frame: DataFrame, processor: Any, output: StructType, time_mode: str = "EventTime"
+) -> DataFrame:
+    """Run `processor` per `__key` over `frame` (append mode)."""
+    from pyspark.sql import functions as F
+
+    return (
+        strip_watermark(frame).groupBy(F.col(KEY)).transformWithState(processor, output, "append", time_mode)
+    )
+
+
+def element_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Sort key of an input row: event time, source partition, source offset, then its content."""
+    ts = row.get(TS)
+    stamp = (
+        ts.timestamp()
+        if ts is not None and hasattr(ts, "timestamp")
+        else (ts if ts is not None else _MIN_TIME)
+    )
+    part = row.get(PART)
+    offset = row.get(OFFSET)
+    content = json.dumps({k: v for k, v in row.items() if not is_hidden(k)}, sort_keys=True, default=repr)
+    return (stamp, -1 if part is None else part, -1 if offset is None else offset, content)
+
+
+def sorted_rows(rows: Iterable[Row]) -> list[dict[str, Any]]:
+    """The rows of one key in one epoch, as dicts (nested Rows too), in `element_order`."""
+    return sorted((row.asDict(recursive=True) for row in rows), key=element_order)
+
+
+def user_element(row: dict[str, Any]) -> dict[str, Any]:
+    """The user's view of a row: its non-hidden fields."""
+    return {k: v for k, v in row.items() if not is_hidden(k)}
+
+
+def millis(ts: Any) -> int:
+    """Epoch milliseconds of a timestamp value (datetime or number)."""
+    if ts is None:
+        return _MIN_TIME
+    if hasattr(ts, "timestamp"):
+        return round(ts.timestamp() * 1000)
+    return int(ts)
+
+
+def timestamp(ms: int) -> Any:
+    """A UTC datetime for epoch milliseconds (for `__ts` and window bounds)."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+class PickledValue:
+    """A ValueState holding one pickled Python value (None when absent)."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str) -> None:
+        self._state = handle.getValueState(name, PICKLED)
+
+    def get(self) -> Any:
+        """The value, or None."""
+        if not self._state.exists():
+            return None
+        raw = self._state.get()
+        return pickle.loads(raw[0]) if raw is not None else None
+
+    def set(self, value: Any) -> None:
+        """Store `value` (None clears)."""
+        if value is None:
+            self._state.clear()
+        else:
+            self._state.update((pickle.dumps(value, protocol=5),))
+
+    def clear(self) -> None:
+        """Remove the value."""
+        self._state.clear()
+
+
+class PickledMap:
+    """A MapState from pickled keys to pickled values, iterated in the order of the pickled keys."""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str) -> None:
+        self._state = handle.getMapState(name, "k binary", PICKLED)
+
+    def get(self, key: Any) -> Any:
+        """The value of `key`, or None."""
+        raw_key = (pickle.dumps(key, protocol=5),)
+        if not self._state.containsKey(raw_key):
+            return None
+        raw = self._state.getValue(raw_key)
+        return pickle.loads(raw[0]) if raw is not None else None
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set `key` to `value`."""
+        self._state.updateValue((pickle.dumps(key, protocol=5),), (pickle.dumps(value, protocol=5),))
+
+    def remove(self, key: Any) -> None:
+        """Remove `key` (no error when absent)."""
+        raw_key = (pickle.dumps(key, protocol=5),)
+        if self._state.containsKey(raw_key):
+            self._state.removeKey(raw_key)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Every entry, ordered by the pickled key bytes (deterministic)."""
+        entries = sorted(((k[0], v[0]) for k, v in self._state.iterator()), key=lambda kv: kv[0])
+        for raw_key, raw_value in entries:
+            yield pickle.loads(raw_key), pickle.loads(raw_value)
+
+    def clear(self) -> None:
+        """Remove every entry."""
+        self._state.clear()

@@ -1,0 +1,59 @@
+"""`Stream`: what the compiler knows about one node's output — a streaming DataFrame and its shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from ethereal_kafka.api.tags import OutputTag
+from ethereal_kafka.plan.schema import KEY, TS, is_hidden
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A compiled node.
+
+    Attributes:
+        frame: The streaming DataFrame: user fields first, then hidden columns (see `plan.schema`).
+        fields: The user fields, in order.
+        key_fields: After `key_by`: the key fields (a selector key: empty tuple); None when not keyed.
+        watermarked: A watermark is defined upstream (event-time operators may follow).
+        tags: Side outputs carried in `__tag` / `__side_<tag>` columns of `frame`.
+        stateful: The frame contains a stateful operator.
+    """
+
+    frame: DataFrame
+    fields: tuple[str, ...]
+    key_fields: tuple[str, ...] | None = None
+    watermarked: bool = False
+    tags: tuple[OutputTag, ...] = ()
+    stateful: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def of(cls, frame: DataFrame, **attrs: Any) -> Stream:
+        """A stream whose user fields are `frame`'s non-hidden columns."""
+        return cls(frame, tuple(c for c in frame.columns if not is_hidden(c)), **attrs)
+
+    @property
+    def keyed(self) -> bool:
+        """True after `key_by` (the frame has `__key`)."""
+        return self.key_fields is not None and KEY in self.frame.columns
+
+    @property
+    def event_time(self) -> bool:
+        """True when elements carry event time (`__ts`)."""
+        return TS in self.frame.columns
+
+    def hidden(self) -> list[str]:
+        """The hidden columns present, in frame order."""
+        return [c for c in self.frame.columns if is_hidden(c)]
+
+    def with_frame(self, frame: DataFrame, **changes: Any) -> Stream:
+        """The same shape over another frame (fields recomputed from it)."""
+        return replace(
+            self, frame=frame, fields=tuple(c for c in frame.columns if not is_hidden(c)), **changes
+        )

@@ -1,0 +1,119 @@
+"""Helpers for DataStream API tests: write a job's files, feed timestamped events, run the job, read results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ethereal_kafka.testing.epochs import Epoch, read_epochs
+from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_committed
+
+
+@dataclass(frozen=True)
+class ApiJob:
+    """A job written to disk."""
+
+    path: Path
+    app_id: str
+    checkpoint: Path
+
+    def epochs(self, query: str) -> list[Epoch]:
+        """The epochs query `query` logged (its name: the sink name, or sink names joined by '+')."""
+        return read_epochs(self.checkpoint / query)
+
+
+def write_api_job(
+    folder: Path,
+    bootstrap: str,
+    pipeline: str,
+    sources: dict[str, tuple[str, str]],
+    sinks: dict[str, tuple[str, str]],
+    *,
+    max_records: int = 200,
+    extra_job: str = "",
+    guarantee: str = "exactly-once",
+) -> ApiJob:
+    """Write a job file and one connector file per source/sink.
+
+    Args:
+        sources: name -> (topic, extra properties lines), e.g. `{"events": (topic, "value.format=json\\n...")}`.
+        sinks: name -> (topic, extra properties lines).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    app = f"api-{uuid.uuid4().hex[:8]}"
+    for name, (topic, extra) in sources.items():
+        (folder / f"{name}.source.properties").write_text(
+            f"connector.class=kafka-source\nname={name}\nbootstrap.servers={bootstrap}\ntopics={topic}\n"
+            f"starting.offsets=earliest\nmax.records.per.epoch={max_records}\n{extra}"
+        )
+    for name, (topic, extra) in sinks.items():
+        (folder / f"{name}.sink.properties").write_text(
+            f"connector.class=kafka-sink\nname={name}\nbootstrap.servers={bootstrap}\ntopic={topic}\n{extra}"
+        )
+    checkpoint = folder / "checkpoint"
+    (folder / "job.properties").write_text(
+        f"app.id={app}\nsources={','.join(f'{n}.source.properties' for n in sources)}\n"
+        f"sinks={','.join(f'{n}.sink.properties' for n in sinks)}\npipeline={pipeline}\n"
+        f"checkpoint.location={checkpoint}\ndelivery.guarantee={guarantee}\ntrigger.interval.ms=200\n"
+        f"sink.tasks=2\ntransaction.timeout.ms=30000\n{extra_job}"
+    )
+    return ApiJob(folder / "job.properties", app, checkpoint)
+
+
+def feed_events(bootstrap: str, topic: str, events: list[tuple[int, str, dict[str, Any], int]]) -> None:
+    """Produce `(partition, key, value dict, timestamp ms)` events, per partition in list order (JSON values).
+
+    Record timestamps must be recent: Kafka 4 rejects records more than `log.message.timestamp.after.max.ms`
+    (1 hour) ahead of the broker's clock, and retention (7 days) deletes older ones at once. Use `base_ts()`.
+    """
+    by_partition: dict[int, list[tuple[str, dict[str, Any], int]]] = defaultdict(list)
+    for partition, key, value, ts in events:
+        by_partition[partition].append((key, value, ts))
+    for partition, items in sorted(by_partition.items()):
+        produce(
+            bootstrap,
+            topic,
+            [(k.encode(), json.dumps(v, separators=(",", ":")).encode()) for k, v, _ in items],
+            partition=partition,
+            timestamps_ms=[ts for _, _, ts in items],
+        )
+
+
+def base_ts() -> int:
+    """A timestamp base for test events: one day ago, floored to the hour (windows align the same way)."""
+    hour = 3_600_000
+    return (int(time.time() * 1000) - 24 * hour) // hour * hour
+
+
+def run_job(
+    job: ApiJob, *extra: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`ethereal-kafka run JOB --available-now` in a subprocess (the test's directory importable)."""
+    here = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job.path), "--available-now", *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": path, **(env or {})},
+        check=False,
+    )
+
+
+def read_json(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """The committed output of `topic` as parsed JSON values (read_committed, to the end)."""
+    return [json.loads(r.value or b"null") for r in read_committed(bootstrap, topic, timeout_s=60)]
+
+
+def read_records(bootstrap: str, topic: str) -> list[ReadRecord]:
+    """The committed records of `topic` (read_committed, to the end)."""
+    return read_committed(bootstrap, topic, timeout_s=60)

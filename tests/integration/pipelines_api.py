@@ -1,0 +1,51 @@
+"""DataStream pipelines used by the API integration tests (importable by the job subprocess and its workers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from ethereal_kafka.api import StreamExecutionEnvironment, Time, TumblingEventTimeWindows, WatermarkStrategy
+
+WINDOW_MS = 10_000
+
+
+def _words(element: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"word": w, "seq": element["seq"]} for w in element["text"].split()]
+
+
+def stateless(env: StreamExecutionEnvironment) -> None:
+    """JSON lines -> words (flat_map) -> drop short words (filter) -> upper-case (column expression) -> key."""
+    (
+        env.from_source("lines")
+        .select(F.col("text"), F.col("seq"))
+        .flat_map(_words, output_type="word string, seq long")
+        .filter(lambda e: len(e["word"]) > 2)
+        .with_columns(upper="upper(word)")
+        .map(
+            lambda e: {"key": e["word"], "word": e["upper"], "seq": e["seq"]},
+            "key string, word string, seq long",
+        )
+        .sink_to("words")
+    )
+
+
+def counts_two_ways(env: StreamExecutionEnvironment) -> None:
+    """A native windowed count written to two sinks by one query: as is, and reshaped by a Python map."""
+    counts = (
+        env.from_source("lines")
+        .select(F.col("text"), F.col("ts"))
+        .flat_map(lambda e: [{"word": w, "ts": e["ts"]} for w in e["text"].split()], "word string, ts long")
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner("ts")
+        )
+        .key_by("word")
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
+        .count()
+    )
+    counts.sink_to("counts")
+    counts.map(
+        lambda e: {"word": e["word"], "start_ms": int(e["window_start"].timestamp() * 1000), "n": e["count"]},
+        "word string, start_ms long, n long",
+    ).sink_to("flat")
