@@ -1,8 +1,10 @@
-"""The demo job: orders (JSON) → large orders with tax, keyed by customer, topic to topic on embedded Spark.
+"""The demo job: orders (JSON) → large orders with tax, and revenue per customer per 10 s of event time.
 
-It starts its own local broker (state in a temporary directory), feeds the input topic, runs the job from the
-connector `.properties` files until the input is consumed (`availableNow`), prints what came out on the output topic
-(read_committed) and stops everything it started.
+One DataStream pipeline, two queries: the large-orders stream is partition-preserving (each input partition's
+offsets commit with its output), the windowed revenue is a Spark-native tumbling window (shuffle, state, progress
+markers). The demo starts its own local broker (state in a temporary directory), feeds the input topic, runs the
+job from the connector `.properties` files until the input is consumed (`availableNow`), prints what came out
+(read_committed), checks it against a plain-Python reference, and stops everything it started.
 """
 
 from __future__ import annotations
@@ -11,19 +13,23 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Mapping
+from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.broker import BrokerSettings, LocalBroker
 from ethereal_kafka.config import load_job
 from ethereal_kafka.testing.kafka_io import create_topic, produce, read_committed
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from ethereal_kafka.api import StreamExecutionEnvironment
 
 LARGE_ORDER = 50.0
 TAX = 0.2
+WINDOW_MS = 10_000
+OUT_OF_ORDER_MS = 2_000
+#: Event time of the first demo order (2026-01-01T00:00:00Z); orders are ~0.7 s apart, a few out of order.
+BASE_TS = 1_767_225_600_000
 
 
 def demo_orders(count: int) -> list[tuple[bytes, bytes]]:
@@ -31,13 +37,19 @@ def demo_orders(count: int) -> list[tuple[bytes, bytes]]:
     out = []
     for i in range(count):
         customer = f"customer-{i % 7}"
-        order = {"order_id": i, "customer": customer, "amount": round((i * 37) % 100 + 0.5, 2)}
+        jitter = -1_500 if i % 11 == 0 else 0  # every 11th order arrives 1.5 s late (within the 2 s bound)
+        order = {
+            "order_id": i,
+            "customer": customer,
+            "amount": round((i * 37) % 100 + 0.5, 2),
+            "ts": BASE_TS + i * 700 + jitter,
+        }
         out.append((customer.encode(), json.dumps(order).encode()))
     return out
 
 
-def expected_output(orders: list[tuple[bytes, bytes]]) -> list[dict[str, object]]:
-    """The plain-Python reference of the demo job."""
+def expected_large(orders: list[tuple[bytes, bytes]]) -> list[dict[str, object]]:
+    """Plain-Python reference of the large-orders stream."""
     out = []
     for _, value in orders:
         order = json.loads(value)
@@ -46,20 +58,48 @@ def expected_output(orders: list[tuple[bytes, bytes]]) -> list[dict[str, object]
     return out
 
 
-def large_orders(sources: Mapping[str, DataFrame]) -> DataFrame:
-    """The demo pipeline (named in `connectors/demo-job.properties`): JVM-side JSON, no per-record Python."""
+#: The name earlier versions of the demo used.
+expected_output = expected_large
+
+
+def expected_revenue(orders: list[tuple[bytes, bytes]]) -> dict[tuple[str, int], float]:
+    """Plain-Python reference of the windowed revenue: per (customer, window start ms), the windows the final
+    watermark (largest event time - bound) has closed. The input's lateness stays within the bound, so no order is
+    dropped."""
+    parsed = [json.loads(v) for _, v in orders]
+    watermark = max(o["ts"] for o in parsed) - OUT_OF_ORDER_MS
+    revenue: dict[tuple[str, int], float] = defaultdict(float)
+    for order in parsed:
+        start = order["ts"] - order["ts"] % WINDOW_MS
+        if start + WINDOW_MS <= watermark:
+            revenue[(order["customer"], start)] += order["amount"]
+    return {k: round(v, 2) for k, v in revenue.items()}
+
+
+def pipeline(env: StreamExecutionEnvironment) -> None:
+    """The demo pipeline (named in `connectors/demo-job.properties`)."""
     from pyspark.sql import functions as F
 
-    schema = "order_id long, customer string, amount double"
-    orders = (
-        sources["orders"].select(F.from_json(F.col("value").cast("string"), schema).alias("o")).select("o.*")
+    from ethereal_kafka.api import Time, TumblingEventTimeWindows, WatermarkStrategy
+
+    orders = env.from_source("orders")
+    (
+        orders.filter(F.col("amount") >= LARGE_ORDER)
+        .with_columns(total=F.round(F.col("amount") * (1 + TAX), 2))
+        .select("order_id", "customer", "amount", "ts", "total")
+        .key_by("customer")
+        .sink_to("large-orders")
     )
-    large = orders.where(F.col("amount") >= LARGE_ORDER).withColumn(
-        "total", F.round(F.col("amount") * (1 + TAX), 2)
-    )
-    return large.select(
-        F.col("customer").alias("key"),
-        F.to_json(F.struct("order_id", "customer", "amount", "total")).alias("value"),
+    (
+        orders.assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_bounded_out_of_orderness(
+                Time.milliseconds(OUT_OF_ORDER_MS)
+            ).with_timestamp_assigner("ts")
+        )
+        .key_by("customer")
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
+        .agg(F.round(F.sum("amount"), 2).alias("revenue"), F.count("*").alias("orders"))
+        .sink_to("revenue")
     )
 
 
@@ -80,48 +120,75 @@ def run_demo(connectors: Path, records: int) -> None:
         os.environ["DEMO_RUN"] = state.name.rsplit("-", 1)[-1]  # a fresh app.id (and history) per demo run
         loaded = load_job(connectors / "demo-job.properties")
         source = loaded.sources["orders"]
-        sink = loaded.sinks["large-orders"]
         print(f"[demo] job:    {loaded.job!r}")
         print(f"[demo] source: {source!r}")
-        print(f"[demo] sink:   {sink!r}")
         create_topic(status.bootstrap, source.topics[0], partitions=2)
-        assert sink.topic is not None
-        create_topic(status.bootstrap, sink.topic, partitions=2)
+        for sink in loaded.sinks.values():
+            print(f"[demo] sink:   {sink!r}")
+            assert sink.topic is not None
+            create_topic(status.bootstrap, sink.topic, partitions=2)
         orders = demo_orders(records)
         produce(status.bootstrap, source.topics[0], orders)
         print(f"[demo] fed {len(orders)} orders into {source.topics[0]}")
-
-        spark = local_session(
-            "ethereal-kafka-demo", conf={"spark.sql.warehouse.dir": str(state / "warehouse")}
-        )
-        try:
-            began = time.monotonic()
-            running, coordinator = start(spark, loaded, available_now=True)
-            running.await_termination()
-            epochs = sum(len(q.recentProgress) for q in running.queries.values())
-            print(
-                f"[demo] job finished ({loaded.job.delivery_guarantee}, {coordinator.shapes['large-orders'].mode}): "
-                f"{epochs} epoch(s) in {time.monotonic() - began:.1f}s"
-            )
-            if coordinator.history is not None:
-                for entry in coordinator.history.records():
-                    print(
-                        f"[demo]   epoch {entry.epoch}: {entry.outcome}, in {entry.records_in} out "
-                        f"{entry.records_out}, {entry.tasks} task transaction(s), {entry.duration_ms} ms"
-                    )
-        finally:
-            spark.stop()
-
-        expected = expected_output(orders)
-        got = read_committed(status.bootstrap, sink.topic, expected=len(expected))
-        print(f"[demo] {sink.topic} (read_committed): {len(got)} records, expected {len(expected)}")
-        for record in got[:10]:
-            print(f"  p{record.partition}@{record.offset} {record.key!r} {record.value!r}")
-        seen = sorted(json.loads(r.value or b"{}")["order_id"] for r in got)
-        want = sorted(int(str(e["order_id"])) for e in expected)
-        if seen != want:
-            raise SystemExit(f"[demo] output differs from the reference: {len(seen)} vs {len(want)} records")
-        print("[demo] output matches the plain-Python reference")
+        _run_job(local_session, start, loaded, state)
+        large_topic = str(loaded.sinks["large-orders"].topic)
+        revenue_topic = str(loaded.sinks["revenue"].topic)
+        _check_large(status.bootstrap, large_topic, expected_large(orders))
+        _check_revenue(status.bootstrap, revenue_topic, expected_revenue(orders))
     finally:
         broker.destroy()
         print("[demo] broker stopped")
+
+
+def _run_job(local_session: Any, start: Any, loaded: Any, state: Path) -> None:
+    spark = local_session("ethereal-kafka-demo", conf={"spark.sql.warehouse.dir": str(state / "warehouse")})
+    try:
+        began = time.monotonic()
+        running, coordinator = start(spark, loaded, available_now=True)
+        running.await_termination()
+        modes = ", ".join(f"{name}: {shape.mode}" for name, shape in coordinator.shapes.items())
+        print(
+            f"[demo] job finished ({loaded.job.delivery_guarantee}; queries {modes}) "
+            f"in {time.monotonic() - began:.1f}s"
+        )
+        if coordinator.history is not None:
+            for entry in coordinator.history.records():
+                print(
+                    f"[demo]   epoch {entry.epoch} ({entry.mode}): {entry.outcome}, in {entry.records_in} out "
+                    f"{entry.records_out}, {entry.tasks} task transaction(s), {entry.duration_ms} ms"
+                )
+    finally:
+        spark.stop()
+
+
+def _check_large(bootstrap: str, topic: str, expected: list[dict[str, object]]) -> None:
+    got = read_committed(bootstrap, topic, expected=len(expected))
+    print(f"[demo] {topic} (read_committed): {len(got)} records, expected {len(expected)}")
+    for record in got[:5]:
+        print(f"  p{record.partition}@{record.offset} {record.key!r} {record.value!r}")
+    seen = sorted(json.loads(r.value or b"{}")["order_id"] for r in got)
+    want = sorted(int(str(e["order_id"])) for e in expected)
+    if seen != want:
+        raise SystemExit(f"[demo] {topic} differs from the reference: {len(seen)} vs {len(want)} records")
+    print(f"[demo] {topic} matches the plain-Python reference")
+
+
+def _check_revenue(bootstrap: str, topic: str, expected: dict[tuple[str, int], float]) -> None:
+    got = read_committed(bootstrap, topic, expected=len(expected))
+    print(f"[demo] {topic} (read_committed): {len(got)} closed windows, expected {len(expected)}")
+    for record in got[:5]:
+        print(f"  p{record.partition}@{record.offset} {record.key!r} {record.value!r}")
+    seen = {}
+    for record in got:
+        window = json.loads(record.value or b"{}")
+        start = _epoch_ms(str(window["window_start"]))
+        seen[(window["customer"], start)] = round(float(window["revenue"]), 2)
+    if seen != expected or len(got) != len(expected):
+        raise SystemExit(f"[demo] {topic} differs from the reference: {len(got)} vs {len(expected)} windows")
+    print(f"[demo] {topic} matches the plain-Python reference (windows past the final watermark stay open)")
+
+
+def _epoch_ms(iso: str) -> int:
+    import datetime
+
+    return round(datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
