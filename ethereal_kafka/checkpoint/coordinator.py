@@ -16,16 +16,17 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic
 
 from ethereal_kafka.checkpoint.clients import group_consumer
 from ethereal_kafka.checkpoint.errors import FencedError, RecoveryError
+from ethereal_kafka.checkpoint.gate import EpochGate
 from ethereal_kafka.checkpoint.markers import EpochMarker
 from ethereal_kafka.checkpoint.plan import (
     PARTITION_PRESERVING,
@@ -101,12 +102,15 @@ class QuerySinks:
             job's life (a query writing one sink is named after it).
         sinks: The sink connectors, in the order rows index them (`__sink`) when there are several; each
             connector's `key.column`/`value.column` name its columns.
+        sources: The source connectors the query reads, as it reads them (several queries of one job reading one
+            topic each use their own consumer group); empty = every source of the job.
     """
 
     name: str
     sinks: tuple[KafkaSinkConfig, ...]
     mode: str
     stateful: bool
+    sources: tuple[KafkaSourceConfig, ...] = ()
 
 
 class CheckpointCoordinator:
@@ -126,6 +130,10 @@ class CheckpointCoordinator:
         self.shapes: dict[str, QuerySinks] = {}
         self._partitions: dict[str, int | None] = {}
         self.history = history
+        #: Told `(query, record, the sink tasks' summary rows)` after each epoch outcome is recorded (metrics).
+        self.epoch_listeners: list[Callable[[str, EpochRecord, list[Any]], None]] = []
+        #: Every writer's epochs pass through it; the runner closes it to stop between epochs.
+        self.gate = EpochGate()
         first = next(iter(self.sinks.values()))
         self.bootstrap = first.bootstrap_servers
         self.passthrough = first.passthrough
@@ -162,13 +170,22 @@ class CheckpointCoordinator:
         if self.settings.guarantee == EXACTLY_ONCE:
             self._fence_pool()
 
+    def query_sources(self, query: str) -> list[KafkaSourceConfig]:
+        """The sources `query` reads (its own configs when it has them, else every source of the job)."""
+        shape = self.shapes.get(query)
+        return list(shape.sources) if shape is not None and shape.sources else list(self.sources.values())
+
     def _refuse_if_ran_before(self, sink: str) -> None:
-        for source in self.sources.values():
+        for source in self.query_sources(sink):
             resolver = PositionResolver(source)
             try:
                 tps = resolver.topic_partitions()
-                found = group_consumer(source.bootstrap_servers, source.group, source.passthrough).committed(
-                    [TopicPartition(t, p) for t, p in tps], timeout=30
+                consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
+                query = [TopicPartition(t, p) for t, p in tps]
+                found = with_retries(
+                    f"committed offsets of group {source.group}",
+                    source.bootstrap_servers,
+                    lambda c=consumer, q=query: c.committed(q, timeout=30),  # type: ignore[misc]
                 )
             finally:
                 resolver.close()
@@ -179,7 +196,8 @@ class CheckpointCoordinator:
                         f"stateful job {self.settings.app_id}: its Spark checkpoint {self.location(sink)} is gone but "
                         f"group {source.group} holds offsets committed at epoch {marker.epoch} of checkpoint "
                         f"{marker.checkpoint_id}; the operator state is lost. Restore the checkpoint, or replay from "
-                        "an explicit position (`replay.from=earliest|timestamp:<ms>|topic:partition:offset,...`)."
+                        f"an explicit position (`ethereal-kafka replay {self.settings.app_id} --from ...`, or "
+                        "`replay.from=earliest|timestamp:<ms>|topic:partition:offset,...` in the job file)."
                     )
 
     def _check_transaction_timeout(self) -> None:
@@ -242,7 +260,8 @@ class CheckpointCoordinator:
     def check_owner(self) -> None:
         """Raise FencedError when another instance claimed the app after this one."""
         consumer = group_consumer(self.bootstrap, owner_group(self.settings.app_id), self.passthrough)
-        found = consumer.committed([TopicPartition(progress_topic(self.settings.app_id), 0)], timeout=30)
+        claim = [TopicPartition(progress_topic(self.settings.app_id), 0)]
+        found = with_retries("owner claim", self.bootstrap, lambda: consumer.committed(claim, timeout=30))
         owner = found[0].metadata if found else None
         if owner and owner != self.instance_id:
             raise FencedError(
@@ -255,7 +274,7 @@ class CheckpointCoordinator:
         ids: list[str] = []
         for query, shape in self.shapes.items():
             if shape.mode == PARTITION_PRESERVING:
-                (source,) = self.sources.values()
+                (source,) = self.query_sources(query)
                 resolver = PositionResolver(source)
                 try:
                     tps = resolver.topic_partitions()
@@ -302,12 +321,14 @@ class CheckpointCoordinator:
         return EpochWriter(self, query)
 
     def commit_source_offsets(
-        self, ends: list[dict[str, dict[str, int]]], checkpoint: str, epoch: int
+        self, ends: list[dict[str, dict[str, int]]], checkpoint: str, epoch: int, query: str | None = None
     ) -> None:
-        """Commit epoch end offsets to each source's group, with the epoch marker as metadata (phase two)."""
+        """Commit epoch end offsets to the group of each source `query` reads, with the epoch marker as metadata
+        (phase two)."""
         marker = EpochMarker(self.settings.app_id, checkpoint, epoch).render()
+        candidates = self.query_sources(query) if query is not None else list(self.sources.values())
         for offsets in ends:
-            for source in self._sources_of(offsets):
+            for source in [s for s in candidates if any(self._reads(s, t) for t in offsets)]:
                 tps = [
                     TopicPartition(t, int(p), int(o), marker)
                     for t, parts in offsets.items()
@@ -323,9 +344,6 @@ class CheckpointCoordinator:
                     lambda c=consumer, o=tps: c.commit(offsets=o, asynchronous=False),  # type: ignore[misc]
                 )
 
-    def _sources_of(self, offsets: Mapping[str, object]) -> list[KafkaSourceConfig]:
-        return [s for s in self.sources.values() if any(self._reads(s, t) for t in offsets)]
-
     @staticmethod
     def _reads(source: KafkaSourceConfig, topic: str) -> bool:
         import re
@@ -334,10 +352,10 @@ class CheckpointCoordinator:
             return re.fullmatch(source.topic_pattern, topic) is not None
         return topic in source.topics
 
-    def record(self, entry: EpochRecord) -> None:
-        """Append an epoch outcome to the checkpoint history (when one is attached).
+    def record(self, entry: EpochRecord, query: str = "", tasks: Sequence[Any] = ()) -> None:
+        """Append an epoch outcome to the checkpoint history (when one is attached), then tell `epoch_listeners`.
 
-        The history is for people; failing to write it is logged and never fails an epoch.
+        The history and the listeners are for people; their failures are logged and never fail an epoch.
         """
         from ethereal_kafka.checkpoint.history import HistoryError
 
@@ -346,6 +364,11 @@ class CheckpointCoordinator:
                 self.history.record(entry)
             except HistoryError as exc:
                 log.warning("epoch %s not recorded in the history: %s", entry.epoch, exc)
+        for listener in self.epoch_listeners:
+            try:
+                listener(query, entry, list(tasks))
+            except Exception:
+                log.exception("epoch listener failed on epoch %s of %s", entry.epoch, query)
 
 
 class EpochWriter:
@@ -358,15 +381,21 @@ class EpochWriter:
         self.config = self.shape.sinks[0]
         self.plain = KafkaSink(self.shape.sinks)
         self._last_end = 0.0
+        self._task_rows: list[Any] = []  # the current epoch's sink task summary rows (for epoch listeners)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        """Write epoch `batch_id`; returns only when its output and offsets are committed."""
+        """Write epoch `batch_id`; returns only when its output and offsets are committed.
+
+        Raises:
+            EpochRefusedError: the job is stopping (`coordinator.gate` is closed); nothing was written.
+        """
         c = self.coordinator
         pause = c.settings.min_pause_ms / 1000 - (time.monotonic() - self._last_end)
         if self._last_end and pause > 0:
-            time.sleep(pause)
+            c.gate.pause(pause)
         try:
-            self._write(batch, batch_id)
+            with c.gate.epoch(self.sink, batch_id):
+                self._write(batch, batch_id)
         finally:
             self._last_end = time.monotonic()
 
@@ -382,29 +411,34 @@ class EpochWriter:
         shape = self.shape
         guarantee = c.settings.guarantee
         tasks = skipped = 0
+        self._task_rows = []
         try:
             if guarantee == AT_MOST_ONCE:
-                c.commit_source_offsets(ends, checkpoint, batch_id)
+                c.commit_source_offsets(ends, checkpoint, batch_id, self.sink)
                 written = self.plain.write(batch, batch_id)
                 mode = AT_MOST_ONCE
             elif guarantee == AT_LEAST_ONCE:
                 written = self.plain.write(batch, batch_id)
-                c.commit_source_offsets(ends, checkpoint, batch_id)
+                c.commit_source_offsets(ends, checkpoint, batch_id, self.sink)
                 mode = AT_LEAST_ONCE
             else:
                 mode = shape.mode
                 written, tasks, skipped = self._exactly_once(batch, batch_id, checkpoint, ends)
                 if mode == SHUFFLING:
-                    c.commit_source_offsets(ends, checkpoint, batch_id)
+                    c.commit_source_offsets(ends, checkpoint, batch_id, self.sink)
         except Exception as exc:
             c.record(
                 self._entry(
                     checkpoint, batch_id, shape.mode, ends, 0, tasks, skipped, began, "failed", str(exc)
-                )
+                ),
+                self.sink,
+                self._task_rows,
             )
             raise
         c.record(
-            self._entry(checkpoint, batch_id, mode, ends, written, tasks, skipped, began, "committed", None)
+            self._entry(checkpoint, batch_id, mode, ends, written, tasks, skipped, began, "committed", None),
+            self.sink,
+            self._task_rows,
         )
 
     def _exactly_once(
@@ -414,7 +448,7 @@ class EpochWriter:
         shape = self.shape
         outputs = self.plain.outputs(batch)
         if shape.mode == PARTITION_PRESERVING:
-            (source,) = c.sources.values()
+            (source,) = c.query_sources(self.sink)
             inputs = sorted(
                 (t, int(p), int(o))
                 for offsets in ends
@@ -449,6 +483,7 @@ class EpochWriter:
             transaction_timeout_ms=c.settings.transaction_timeout_ms,
         )
         rows = frame.mapInArrow(lambda it: write_task(plan, it), RESULT_SCHEMA).collect()
+        self._task_rows = rows
         written = sum(int(r["records"]) for r in rows)
         skipped = sum(int(r["skipped"]) for r in rows)
         return written, len(rows), skipped
@@ -462,7 +497,7 @@ class EpochWriter:
         except CheckpointLogError:
             previous = []
         if epoch == 0:
-            for source in self.coordinator.sources.values():
+            for source in self.coordinator.query_sources(self.sink):
                 pinned = Path(
                     f"{source.checkpoint_location}/ethereal-kafka/initial-offsets-{source.name}.json"
                 )

@@ -39,3 +39,28 @@ class EpochMarker:
     def covers(self, app_id: str, checkpoint_id: str, epoch: int) -> bool:
         """True when this marker proves that `epoch` of that app and checkpoint was already committed."""
         return self.app_id == app_id and self.checkpoint_id == checkpoint_id and self.epoch >= epoch
+
+
+@dataclass(frozen=True)
+class ReplayMarker:
+    """The metadata `ethereal-kafka replay` commits with the offsets it resets: `{app.id}:replay@{epoch ms}`.
+
+    It never parses as an `EpochMarker` (its last part is not a number), so it makes no sink task skip and gives the
+    recovery check no marker of this app to refuse on: the next run starts from the replayed offsets.
+    """
+
+    app_id: str
+    replayed_ms: int
+
+    def render(self) -> str:
+        """The metadata string stored with the offset."""
+        return f"{self.app_id}:replay@{self.replayed_ms}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> ReplayMarker | None:
+        """Parse a metadata string; None for anything else (epoch markers included)."""
+        app_id, sep, tag = (text or "").rpartition(":")
+        stamp = tag.removeprefix("replay@")
+        if not sep or not app_id or stamp == tag or not stamp.isdigit():
+            return None
+        return cls(app_id, int(stamp))

@@ -31,13 +31,17 @@ from ethereal_kafka.checkpoint.clients import (
 )
 from ethereal_kafka.checkpoint.errors import FencedError, TransactionError
 from ethereal_kafka.checkpoint.markers import EpochMarker
-from ethereal_kafka.checkpoint.plan import EpochPlan, TaskSlot, progress_topic
+from ethereal_kafka.checkpoint.plan import SINK_INDEX_COLUMN, EpochPlan, TaskSlot, progress_topic
 from ethereal_kafka.connectors.kafka.encoding import OutRecord, encode_outputs
 from ethereal_kafka.connectors.kafka.sink import send_records
 
 T = TypeVar("T")
 
-RESULT_SCHEMA = "task int, records long, skipped int, attempts int"
+#: One summary row per task. `sink_records`: records per sink of the query (in `outputs` order); `commit_ms`: how
+#: long `send_offsets_to_transaction` + `commit_transaction` of the committing attempt took (null when none did).
+RESULT_SCHEMA = (
+    "task int, records long, skipped int, attempts int, sink_records array<bigint>, commit_ms double"
+)
 MAX_ATTEMPTS = 6
 
 #: Per-call timeout of the transactional calls, and how long one call is retried while Kafka says "retriable".
@@ -122,6 +126,7 @@ class TransactionalTask:
         sink = plan.sink
         self.consumer = group_consumer(sink.bootstrap_servers, self.slot.marker_group, sink.passthrough)
         self.attempts = 0
+        self.commit_ms: float | None = None
 
     def _committed_before(self) -> bool:
         marker = _retry(
@@ -134,7 +139,8 @@ class TransactionalTask:
     def _check_owner(self) -> None:
         sink = self.plan.sink
         consumer = group_consumer(sink.bootstrap_servers, owner_group(self.plan.app_id), sink.passthrough)
-        found = consumer.committed([TopicPartition(progress_topic(self.plan.app_id), 0)], timeout=30)
+        claim = [TopicPartition(progress_topic(self.plan.app_id), 0)]
+        found = _retry(lambda: consumer.committed(claim, timeout=30))
         owner = found[0].metadata if found else None
         if owner and owner != self.plan.instance_id:
             raise FencedError(
@@ -194,6 +200,7 @@ class TransactionalTask:
         if delay_ms:
             time.sleep(delay_ms / 1000)
         metadata = self.consumer.consumer_group_metadata()
+        committing = time.perf_counter()
         _retry(
             lambda: _bounded(
                 "send_offsets_to_transaction",
@@ -201,6 +208,7 @@ class TransactionalTask:
             )
         )
         _retry(lambda: _bounded("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S)))
+        self.commit_ms = (time.perf_counter() - committing) * 1000
 
     def _recover(self, error: KafkaError | None) -> None:
         """After a failed attempt: abort (abortable errors) or drop the producer (fatal ones, or a failed abort).
@@ -234,7 +242,8 @@ def write_task(plan: EpochPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[p
 
     context = TaskContext.get()
     index = context.partitionId() if context is not None else 0
-    records = list(encode_outputs(plan.outputs, batches))
+    per_sink = [0] * len(plan.outputs)
+    records = list(encode_outputs(plan.outputs, _count_rows(batches, per_sink)))
     task = TransactionalTask(plan, index)
     committed = task.commit(records)
     yield pa.RecordBatch.from_pydict(
@@ -243,5 +252,21 @@ def write_task(plan: EpochPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[p
             "records": pa.array([len(records) if committed else 0], pa.int64()),
             "skipped": pa.array([0 if committed else 1], pa.int32()),
             "attempts": pa.array([task.attempts], pa.int32()),
+            "sink_records": pa.array([per_sink if committed else [0] * len(per_sink)], pa.list_(pa.int64())),
+            "commit_ms": pa.array([task.commit_ms if committed else None], pa.float64()),
         }
     )
+
+
+def _count_rows(batches: Iterator[pa.RecordBatch], per_sink: list[int]) -> Iterator[pa.RecordBatch]:
+    """Pass the batches through, adding each row to its sink's count (by `__sink` when the query has several)."""
+    import pyarrow.compute as pc
+
+    for batch in batches:
+        if len(per_sink) == 1 or SINK_INDEX_COLUMN not in batch.schema.names:
+            per_sink[0] += batch.num_rows
+        else:
+            for entry in pc.value_counts(batch.column(SINK_INDEX_COLUMN)).to_pylist():
+                if entry["values"] is not None and 0 <= entry["values"] < len(per_sink):
+                    per_sink[entry["values"]] += entry["counts"]
+        yield batch

@@ -6,7 +6,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ethereal_kafka.cli import broker_cmd, checkpoints_cmd, demo_cmd, run_cmd, validate_cmd
+from ethereal_kafka.cli import (
+    broker_cmd,
+    checkpoints_cmd,
+    demo_cmd,
+    offsets_cmd,
+    replay_cmd,
+    run_cmd,
+    validate_cmd,
+)
 from ethereal_kafka.errors import EtherealKafkaError
 
 
@@ -22,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate_cmd.register(sub)
     run_cmd.register(sub)
     checkpoints_cmd.register(sub)
+    offsets_cmd.register(sub)
+    replay_cmd.register(sub)
     return parser
 
 

@@ -13,6 +13,11 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--available-now", action="store_true", help="process what the input topics hold now, then exit"
     )
+    parser.add_argument(
+        "--log-dir",
+        default=None,
+        help="folder for the full logs (Spark's and the framework's); default <tmp>/ethereal-kafka/<app.id>",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -20,4 +25,4 @@ def run(args: argparse.Namespace) -> int:
     """Run the job; a fatal error becomes a one-line `error: ...` through the CLI's error handling."""
     from ethereal_kafka.runtime.runner import run as run_job
 
-    return run_job(args.job, available_now=args.available_now)
+    return run_job(args.job, available_now=args.available_now, log_dir=args.log_dir)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.config import KafkaSinkConfig, KafkaSourceConfig, load_connector, load_job, validate_file
+from ethereal_kafka.config.connectors import KafkaTableConfig
 from ethereal_kafka.config.properties import load_properties
 from ethereal_kafka.connectors.kafka.checks import check_connector
 from ethereal_kafka.errors import ConfigError
@@ -20,12 +21,12 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def connectors_of(path: str) -> list[KafkaSourceConfig | KafkaSinkConfig]:
+def connectors_of(path: str) -> list[KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig]:
     """The connector configurations a file defines (itself, or the ones its job names)."""
     if "connector.class" in load_properties(path):
         return [load_connector(Path(path))]
     loaded = load_job(path)
-    return [*loaded.sources.values(), *loaded.sinks.values()]
+    return [*loaded.sources.values(), *loaded.sinks.values(), *loaded.tables.values()]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -96,6 +96,12 @@ class KafkaSourceConfig(SerdeSettings):
     )
     on_error: str = setting("fail", key="on.error", choices=ERROR_POLICIES, doc="poison record policy")
     dlq_topic: str | None = setting(None, key="dlq.topic", doc="dead-letter topic (policy dlq)")
+    pin_tables: str | None = setting(
+        None,
+        key="pin.tables",
+        secret=True,
+        doc="set by the compiler: the global tables (JSON) whose end offsets each epoch records for lookup joins",
+    )
 
     @property
     def group(self) -> str:
@@ -134,4 +140,47 @@ class KafkaSinkConfig(SerdeSettings):
     )
     flush_timeout_ms: int = setting(
         60000, key="flush.timeout.ms", check=positive, doc="how long a task waits for delivery reports"
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
+class KafkaTableConfig(SerdeSettings):
+    """A global table (`connector.class=kafka-table`): a compacted topic that lookup joins read by key.
+
+    Each executor keeps a copy in RocksDB, read up to the table offsets recorded for the epoch (see
+    `ethereal_kafka.connectors.table`). The value decodes into the table's fields (json/avro), or one field `value`
+    (string/bytes); a record with a null value (a tombstone) deletes its key.
+    """
+
+    SECTION: ClassVar[str] = "kafka table"
+    PASSTHROUGH_PREFIX: ClassVar[str | None] = "kafka."
+
+    connector_class: str = setting(
+        "kafka-table", key="connector.class", doc="connector type", choices=("kafka-table",)
+    )
+    name: str = setting("table", key="name", doc="table name (what join_table refers to)")
+    bootstrap_servers: str = setting(key="bootstrap.servers", doc="Kafka bootstrap servers")
+    topic: str = setting(key="topic", doc="the compacted topic holding the table")
+    isolation_level: str = setting(
+        "read_committed",
+        key="isolation.level",
+        choices=("read_committed", "read_uncommitted"),
+        doc="read only committed transactional records (default) or everything",
+    )
+    on_error: str = setting(
+        "fail", key="on.error", choices=("fail", "skip"), doc="a table record that fails to decode"
+    )
+    store_dir: str | None = setting(
+        None,
+        key="store.dir",
+        doc="where executors keep their RocksDB copies (default: <tmp>/ethereal-kafka/tables/<app.id>)",
+    )
+    read_timeout_ms: int = setting(
+        120000,
+        key="read.timeout.ms",
+        check=positive,
+        doc="give up catching up with the table when no progress is made for this long",
+    )
+    batch_size: int = setting(
+        10000, key="arrow.batch.size", check=positive, doc="table records decoded per batch"
     )

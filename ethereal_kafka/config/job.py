@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
 from ethereal_kafka.config.model import Model, non_negative, positive, setting
 from ethereal_kafka.config.properties import load_properties
 from ethereal_kafka.errors import ConfigError
@@ -23,6 +23,10 @@ _PIPELINE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 def _app_id(value: str) -> str | None:
     return None if _APP_ID.match(value) else "use letters, digits, '.', '_' and '-' only"
+
+
+def _port(value: int) -> str | None:
+    return None if 0 <= value <= 65535 else "expected a port number 0..65535 (0 = any free port)"
 
 
 def _pipeline(value: str) -> str | None:
@@ -41,7 +45,20 @@ class JobConfig(Model):
     )
     sources: tuple[str, ...] = setting(key="sources", doc="source connector files, comma-separated")
     sinks: tuple[str, ...] = setting(key="sinks", doc="sink connector files, comma-separated")
-    pipeline: str = setting(key="pipeline", check=_pipeline, doc="module:function(env, sources) -> DataFrame")
+    tables: tuple[str, ...] = setting(
+        (), key="tables", doc="global table connector files (lookup joins), comma-separated"
+    )
+    pipeline: str | None = setting(
+        None,
+        key="pipeline",
+        check=_pipeline,
+        doc="module:function(env) or module:function(sources) -> DataFrame",
+    )
+    transform_sql: str | None = setting(
+        None,
+        key="transform.sql",
+        doc="a Spark SQL query over views named after the sources, giving the sink's columns (instead of pipeline)",
+    )
     checkpoint_location: str = setting(key="checkpoint.location", doc="Spark checkpoint directory")
     delivery_guarantee: str = setting(
         "exactly-once", key="delivery.guarantee", choices=GUARANTEES, doc="delivery guarantee of the sinks"
@@ -71,11 +88,50 @@ class JobConfig(Model):
         key="replay.from",
         doc="start a fresh checkpoint from this position (stateful jobs after a reset)",
     )
+    shutdown_timeout_ms: int = setting(
+        30000,
+        key="shutdown.timeout.ms",
+        check=positive,
+        doc="on SIGTERM/SIGINT, how long the epoch in flight may take to finish before the stop is forced",
+    )
+    metrics_enabled: bool = setting(
+        True, key="metrics.enabled", doc="serve Prometheus metrics from the driver (see docs/operations.md)"
+    )
+    metrics_host: str = setting("127.0.0.1", key="metrics.host", doc="address the metrics endpoint binds to")
+    metrics_port: int = setting(
+        0, key="metrics.port", check=_port, doc="metrics endpoint port; 0 = a free port, logged at start"
+    )
+    progress: str = setting(
+        "auto",
+        key="progress",
+        choices=("auto", "tty", "log", "off"),
+        doc="console progress line on stderr: refreshed in place (tty), one line per interval (log), auto = tty "
+        "when stderr is a terminal, else log",
+    )
+    progress_interval_ms: int = setting(
+        10000,
+        key="progress.interval.ms",
+        check=positive,
+        doc="how often the log-mode progress line is printed",
+    )
+    state_backend: str = setting(
+        "rocksdb",
+        key="state.backend",
+        choices=("rocksdb", "memory"),
+        doc="Spark state store of stateful operators: rocksdb (needed by the framework's operators: process "
+        "functions, rolling aggregates, Python window functions) or memory (Spark-native operators only); fixed "
+        "for a checkpoint's life",
+    )
 
     def validate(self) -> None:
-        """At least one source and one sink."""
+        """At least one source and one sink; exactly one of `pipeline` and `transform.sql`."""
         if not self.sources or not self.sinks:
             raise ConfigError("job: sources and sinks must each name at least one connector file")
+        if (self.pipeline is None) == (self.transform_sql is None):
+            raise ConfigError(
+                "job: set exactly one of pipeline=module:function and transform.sql=SELECT ... "
+                f"(got {'both' if self.pipeline else 'neither'})"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,9 +142,12 @@ class LoadedJob:
     job: JobConfig
     sources: Mapping[str, KafkaSourceConfig]
     sinks: Mapping[str, KafkaSinkConfig]
+    tables: Mapping[str, KafkaTableConfig] = dataclasses.field(default_factory=dict)
 
 
-def load_connector(path: Path, env: Mapping[str, str] | None = None) -> KafkaSourceConfig | KafkaSinkConfig:
+def load_connector(
+    path: Path, env: Mapping[str, str] | None = None
+) -> KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig:
     """Load one connector file, choosing the model from its `connector.class`.
 
     Raises:
@@ -96,9 +155,10 @@ def load_connector(path: Path, env: Mapping[str, str] | None = None) -> KafkaSou
     """
     props = load_properties(path, env)
     kind = props.get("connector.class")
-    models: dict[str, type[KafkaSourceConfig] | type[KafkaSinkConfig]] = {
+    models: dict[str, type[KafkaSourceConfig] | type[KafkaSinkConfig] | type[KafkaTableConfig]] = {
         "kafka-source": KafkaSourceConfig,
         "kafka-sink": KafkaSinkConfig,
+        "kafka-table": KafkaTableConfig,
     }
     if kind not in models:
         raise ConfigError(f"{path}: connector.class must be one of {', '.join(models)} (got {kind!r})")
@@ -129,7 +189,15 @@ def load_job(path: str | Path, env: Mapping[str, str] | None = None) -> LoadedJo
             if conf.name in sources or conf.name in sinks:
                 raise ConfigError(f"{job_path}: two connectors are named {conf.name!r}")
             target[conf.name] = conf  # type: ignore[assignment]
-    return LoadedJob(job_path, job, sources, sinks)
+    tables: dict[str, KafkaTableConfig] = {}
+    for name in job.tables:
+        table = load_connector(job_path.parent / name, env)
+        if not isinstance(table, KafkaTableConfig):
+            raise ConfigError(f"{job_path}: {name} is listed under tables but is a {table.connector_class}")
+        if table.name in sources or table.name in sinks or table.name in tables:
+            raise ConfigError(f"{job_path}: two connectors are named {table.name!r}")
+        tables[table.name] = table
+    return LoadedJob(job_path, job, sources, sinks, tables)
 
 
 def validate_file(path: str | Path, env: Mapping[str, str] | None = None) -> str:
@@ -146,5 +214,6 @@ def validate_file(path: str | Path, env: Mapping[str, str] | None = None) -> str
     loaded = load_job(file, env)
     return (
         f"{file}: ok (job {loaded.job.app_id!r}, sources {', '.join(loaded.sources)}, "
-        f"sinks {', '.join(loaded.sinks)}, {loaded.job.delivery_guarantee})"
+        f"sinks {', '.join(loaded.sinks)}"
+        f"{', tables ' + ', '.join(loaded.tables) if loaded.tables else ''}, {loaded.job.delivery_guarantee})"
     )

@@ -138,13 +138,14 @@ class Model:
         passthrough: dict[str, str] = {}
         unknown: list[str] = []
         for key, raw in values.items():
-            if cls.PASSTHROUGH_PREFIX and key.startswith(cls.PASSTHROUGH_PREFIX):
-                passthrough[key[len(cls.PASSTHROUGH_PREFIX) :]] = str(raw)
-            elif key in declared:
+            # A declared key wins over the pass-through prefix it may share (the job's `spark.master`).
+            if key in declared:
                 fld = declared[key]
                 value = _convert(raw, hints[fld.name], f"{where}{key}")
                 _validate(fld, value, f"{where}{key}")
                 kwargs[fld.name] = value
+            elif cls.PASSTHROUGH_PREFIX and key.startswith(cls.PASSTHROUGH_PREFIX):
+                passthrough[key[len(cls.PASSTHROUGH_PREFIX) :]] = str(raw)
             else:
                 unknown.append(key)
         if unknown:

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -122,6 +122,9 @@ class CompiledQuery:
         sinks: The sink connectors with `key.column`/`value.column` set to this query's columns.
         sources: The source connectors as the query reads them.
         output_mode, mode, stateful: See `runtime.pipeline.QueryBuild`.
+        spark_conf: Session settings the query must start with (fixed in its checkpoint from the first start), e.g.
+            `spark.sql.streaming.multipleWatermarkPolicy=max` when an input declares `with_idleness`.
+        late_sinks: The sinks fed by a window's late-data side output (metrics count their records as late).
     """
 
     name: str
@@ -131,6 +134,8 @@ class CompiledQuery:
     output_mode: str
     mode: str
     stateful: bool
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    late_sinks: tuple[str, ...] = ()
 
 
 def compile_graph(
@@ -145,6 +150,7 @@ def compile_graph(
     from ethereal_kafka.plan.lookup import pin_lookup_tables
     from ethereal_kafka.plan.outputs import bind_sinks
     from ethereal_kafka.plan.queries import plan_queries
+    from ethereal_kafka.plan.windows import watermark_settings
 
     _load_operator_modules()
     compiled = []
@@ -164,9 +170,26 @@ def compile_graph(
                 "append",
                 shape.mode,
                 shape.stateful,
+                watermark_settings(plan.sinks),
+                tuple(s.sink for s in plan.sinks if reads_late_data(s)),
             )
         )
     return compiled
+
+
+def reads_late_data(sink: g.SinkNode) -> bool:
+    """True when `sink`'s stream is a window's late-data side output (possibly through per-element functions)."""
+    node = sink.inputs[0]
+    while isinstance(node, g.MapNode):
+        node = node.inputs[0]
+    if not isinstance(node, g.SideOutputNode) or node.tag is None:
+        return False
+    source = node.inputs[0]
+    return (
+        isinstance(source, g.WindowNode)
+        and source.late_tag is not None
+        and source.late_tag.name == node.tag.name
+    )
 
 
 @dataclass(frozen=True)

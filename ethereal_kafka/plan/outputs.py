@@ -21,7 +21,7 @@ from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN
 from ethereal_kafka.plan.pyfuncs import PyStage, UserFunctionError
-from ethereal_kafka.plan.schema import KEY, TAG, arrow_of, arrow_struct, side_column, spark_struct
+from ethereal_kafka.plan.schema import KEY, SEQ, TAG, arrow_of, arrow_struct, side_column, spark_struct
 from ethereal_kafka.plan.stream import Stream
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ def bind_sinks(ctx: CompileContext, plan: QueryPlan) -> tuple[DataFrame, tuple[K
     Raises:
         GraphError: a sink's formats cannot encode its stream's elements.
     """
+    from pyspark.sql import functions as F
+
     configs = [_sink_config(ctx, s.sink) for s in plan.sinks]
     if plan.fork is None:
         (sink,) = plan.sinks
@@ -44,18 +46,20 @@ def bind_sinks(ctx: CompileContext, plan: QueryPlan) -> tuple[DataFrame, tuple[K
         if stream.tags:
             stream = main_output(stream)
         key, value = record_columns(stream.frame, stream.fields, configs[0], sink.label)
-        frame = stream.frame.select(key.alias("__k0"), value.alias("__v0"))
+        order = [F.col(SEQ)] if SEQ in stream.frame.columns else []
+        frame = stream.frame.select(key.alias("__k0"), *order, value.alias("__v0"))
         return frame, (_columns(configs[0], 0),)
     fork = ctx.compile(plan.fork)
     fanned = _fan_out(fork, plan.branches)
-    outputs = []
+    keys, values = [], []
     for i, (branch, config) in enumerate(zip(plan.branches, configs, strict=True)):
         fields = _branch_fields(fanned, i)
-        from pyspark.sql import functions as F
-
         key, value = record_columns(fanned, fields, config, branch.sink.label, base=F.col(f"__e{i}"))
-        outputs += [key.alias(f"__k{i}"), value.alias(f"__v{i}")]
-    frame = fanned.select(F.col(SINK_INDEX_COLUMN), *outputs)
+        keys.append(key.alias(f"__k{i}"))
+        values.append(value.alias(f"__v{i}"))
+    # Column order is the order the exactly-once sink sorts a task's records by: sink, keys, emission, values.
+    order = [F.col(SEQ)] if SEQ in fanned.columns else []
+    frame = fanned.select(F.col(SINK_INDEX_COLUMN), *keys, *order, *values)
     return frame, tuple(_columns(c, i) for i, c in enumerate(configs))
 
 
@@ -169,7 +173,7 @@ def _fan_out(fork: Stream, branches: tuple[Branch, ...]) -> DataFrame:
             ).alias(f"__e{i}")
             for i, b in enumerate(branches)
         ]
-        carried = [F.col(KEY)] if KEY in frame.columns else []
+        carried = [F.col(c) for c in (KEY, SEQ) if c in frame.columns]
         return exploded.select(F.col(SINK_INDEX_COLUMN), *carried, *elements)
     stage = FanOut.build(fork, branches)
     return frame.mapInArrow(stage, spark_struct(stage.output_schema()))
@@ -186,6 +190,7 @@ class FanOut:
     branches: tuple[tuple[str | None, tuple[PyStage, ...], pa.StructType], ...]
     main_fields: tuple[str, ...]
     key_type: pa.DataType | None
+    sequenced: bool = False
 
     @classmethod
     def build(cls, fork: Stream, branches: tuple[Branch, ...]) -> FanOut:
@@ -211,13 +216,15 @@ class FanOut:
                 current = out
             specs.append((branch.tag, tuple(stages), current))
         key_type = arrow.field(KEY).type if KEY in arrow.names else None
-        return cls(tuple(specs), tuple(fork.fields), key_type)
+        return cls(tuple(specs), tuple(fork.fields), key_type, SEQ in arrow.names)
 
     def output_schema(self) -> pa.Schema:
         """`__sink`, `__key` (if the fork is keyed), then `__e<i>` per branch."""
         fields = [pa.field(SINK_INDEX_COLUMN, pa.int32())]
         if self.key_type is not None:
             fields.append(pa.field(KEY, self.key_type))
+        if self.sequenced:
+            fields.append(pa.field(SEQ, pa.int64()))
         fields += [pa.field(f"__e{i}", struct) for i, (_, _, struct) in enumerate(self.branches)]
         return pa.schema(fields)
 
@@ -238,6 +245,8 @@ class FanOut:
                         out[SINK_INDEX_COLUMN].append(i)
                         if self.key_type is not None:
                             out[KEY].append(row.get(KEY))
+                        if self.sequenced:
+                            out[SEQ].append(row.get(SEQ))
                         for j in range(len(self.branches)):
                             out[f"__e{j}"].append(element if j == i else None)
             if out[SINK_INDEX_COLUMN]:

@@ -109,18 +109,23 @@ class PyStage:
 
     def _call(self, element: dict[str, Any], computed: list[Any]) -> list[dict[str, Any]]:
         if self.kind == "map":
-            return [_as_element(self.function(element), self.label)]
+            return [as_element(self.function(element), self.label)]
         if self.kind == "filter":
             return [element] if self.function(element) else []
         if self.kind == "flat_map":
             produced = self.function(element)
-            return [] if produced is None else [_as_element(e, self.label) for e in produced]
+            return [] if produced is None else [as_element(e, self.label) for e in produced]
         value = self.function(element)
         computed.append(self.target_convert(value) if self.target_convert is not None else value)
         return [element]
 
 
-def _as_element(value: Any, label: str) -> dict[str, Any]:
+def as_element(value: Any, label: str) -> dict[str, Any]:
+    """A user function's output as an element dict (dicts and Spark Rows are accepted).
+
+    Raises:
+        UserFunctionError: anything else (the message names the operator).
+    """
     if isinstance(value, dict):
         return value
     as_dict = getattr(value, "asDict", None)

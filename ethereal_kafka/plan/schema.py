@@ -9,6 +9,9 @@ Hidden columns (names start with `__`; never shown to user functions, never writ
 - `__key` — the key, after `key_by`.
 - `__tag` — for operators with side outputs: null on main-output rows, the tag's name on side-output rows, whose
   fields are in the struct column `__side_<tag>`.
+- `__seq` — after a framework operator: the row's position in the operator's output (deterministic: a key's rows
+  come out in the order the operator emitted them). The exactly-once sink sorts each task's records by key, then
+  `__seq`, so a key's records reach Kafka in emission order.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ OFFSET = "__off"
 TS = "__ts"
 KEY = "__key"
 TAG = "__tag"
+SEQ = "__seq"
 SIDE_PREFIX = "__side_"
 
 #: Hidden columns in the order they follow the user's fields.

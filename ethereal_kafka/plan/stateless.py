@@ -55,7 +55,24 @@ def compile_map(ctx: CompileContext, node: g.MapNode, inputs: list[Stream]) -> S
         tuple(arrow.field(h).type for h in hidden),
     )
     frame = stream.frame.mapInArrow(stage, spark_struct(stage.output_schema()))
-    return stream.with_frame(frame)
+    return stream.with_frame(keep_event_time(stream.frame, frame))
+
+
+def keep_event_time(before: DataFrame, after: DataFrame) -> DataFrame:
+    """`after` (a `mapInArrow` over `before`) with `__ts` marked as the event-time column again.
+
+    A Python step loses the column metadata by which Spark's stateful operators recognise event time
+    (`spark.watermarkDelayMs`, set by `withWatermark`); Spark-native windows and joins after it would otherwise
+    refuse the query ("append mode not supported without watermark"). The query's watermark itself is unchanged.
+    """
+    from pyspark.sql import functions as F
+
+    if TS not in before.columns or TS not in after.columns:
+        return after
+    metadata = before.schema[TS].metadata
+    if "spark.watermarkDelayMs" not in metadata:
+        return after
+    return after.withColumn(TS, F.col(TS).alias(TS, metadata=metadata))
 
 
 @register(g.ExprNode)
@@ -150,7 +167,7 @@ def _computed(
         target_type=arrow_type,
         target_convert=convert,
     )
-    return stream.frame.mapInArrow(stage, spark_struct(stage.output_schema()))
+    return keep_event_time(stream.frame, stream.frame.mapInArrow(stage, spark_struct(stage.output_schema())))
 
 
 @register(g.KeyByNode)

@@ -10,8 +10,11 @@ late firings, late-data side outputs, session max length — runs on the framewo
 (`plan.operators.window`, on Spark's transformWithState).
 
 Output fields: the key field(s) (`key` for a selector key), `window_start`, `window_end` (timestamps; not for
-count/global windows), then the aggregate's fields. `__ts` becomes the window's last instant (`end - 1 ms`), so
-an event-time operator can follow.
+count/global windows), then the aggregate's fields. `__ts` becomes the window's last instant (framework: `end - 1
+ms`; native: Spark's `window_time`, `end - 1 µs`, which keeps the watermark so a native window may follow).
+
+Chains (measured, see docs/operators-windows.md): an event-time window may follow another stateful operator of the
+same query only when both are Spark-native; count windows and count-triggered global windows may follow anything.
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ from ethereal_kafka.plan.schema import KEY, TS
 from ethereal_kafka.plan.stream import Stream
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame
+
+#: The column metadata by which Spark recognizes an event-time column (`EventTimeWatermark.delayKey`).
+WATERMARK_DELAY = "spark.watermarkDelayMs"
 
 
 def runs_native(node: g.WindowNode) -> bool:
@@ -55,11 +61,13 @@ def compile_window(ctx: CompileContext, node: g.WindowNode, inputs: list[Stream]
     (stream,) = inputs
     if not stream.keyed:
         raise GraphError(f"{node.label}: window needs a keyed stream (call key_by first)")
+    native = runs_native(node)
+    _check_chain(node, stream, native)
     if node.assigner is not None and node.assigner.event_time and not stream.watermarked:
         raise GraphError(
             f"{node.label}: event-time windows need event time: call assign_timestamps_and_watermarks before key_by"
         )
-    if runs_native(node):
+    if native:
         return _native(ctx, node, stream)
     try:
         from ethereal_kafka.plan.operators.window import compile_framework_window
@@ -70,26 +78,58 @@ def compile_window(ctx: CompileContext, node: g.WindowNode, inputs: list[Stream]
     return compile_framework_window(ctx, node, stream)
 
 
+def _check_chain(node: g.WindowNode, stream: Stream, native: bool) -> None:
+    """Refuse an event-time window behind another stateful operator of the same query where it cannot be right.
+
+    Measured on Spark 4.3: a Spark-native window after a Spark-native window works (Spark delays the second one's
+    watermark). The framework's operator applies the epoch's watermark before the epoch's rows ("watermark
+    first"), so the results of an upstream window, emitted exactly when the watermark passes their end, would all
+    arrive late at it; and a framework window's output carries no watermark for a native window to use. Count and
+    global windows with count triggers do not use the watermark and may follow any operator.
+    """
+    if not stream.stateful:
+        return
+    event_time = bool(node.assigner is not None and node.assigner.event_time) or _fires_on_time(node.trigger)
+    if not event_time:
+        return
+    if native and stream.watermarked:
+        return
+    raise GraphError(
+        f"{node.label}: an event-time window cannot follow another stateful operator in the same query here "
+        "(the upstream results reach it only after the watermark passed them); only a Spark-native window "
+        "(agg/count/sum, no lateness, side output or trigger) may follow a Spark-native window. Write the first "
+        "operator's output to a topic and window that topic, or use a count window"
+    )
+
+
+def _fires_on_time(trigger: object) -> bool:
+    from ethereal_kafka.api.windows import ContinuousEventTimeTrigger, PurgingTrigger
+
+    while isinstance(trigger, PurgingTrigger):
+        trigger = trigger.inner
+    return isinstance(trigger, ContinuousEventTimeTrigger | EventTimeTrigger)
+
+
 def _native(ctx: CompileContext, node: g.WindowNode, stream: Stream) -> Stream:
     from pyspark.sql import functions as F
 
     assigner = node.assigner
     ts = F.col(TS)
+    # Spark wants a start time below the slide; an offset of a whole number of slides changes nothing.
     if isinstance(assigner, TumblingEventTimeWindows):
-        window = F.window(ts, assigner.size.spark_interval(), startTime=assigner.offset.spark_interval())
+        start = f"{assigner.offset.millis % assigner.size.millis} milliseconds"
+        window = F.window(ts, assigner.size.spark_interval(), startTime=start)
     elif isinstance(assigner, SlidingEventTimeWindows):
+        start = f"{assigner.offset.millis % assigner.slide.millis} milliseconds"
         window = F.window(
-            ts,
-            assigner.size.spark_interval(),
-            assigner.slide.spark_interval(),
-            startTime=assigner.offset.spark_interval(),
+            ts, assigner.size.spark_interval(), assigner.slide.spark_interval(), startTime=start
         )
     else:
         assert isinstance(assigner, EventTimeSessionWindows)
         window = F.session_window(ts, assigner.gap.spark_interval())
     assert node.function is not None
     aggregates = [_aggregate(c) for c in node.function.columns]
-    grouped = stream.frame.groupBy(F.col(KEY), window.alias("__w")).agg(*aggregates)
+    grouped = _event_time(stream.frame, node).groupBy(F.col(KEY), window.alias("__w")).agg(*aggregates)
     names = [n for n in grouped.columns if n not in (KEY, "__w")]
     frame = grouped.select(
         *key_columns(stream),
@@ -104,6 +144,48 @@ def _native(ctx: CompileContext, node: g.WindowNode, stream: Stream) -> Stream:
     except Exception as exc:
         raise GraphError(f"{node.label}: {exc}") from exc
     return Stream.of(frame, key_fields=stream.key_fields, watermarked=True, stateful=True)
+
+
+def watermark_settings(sinks: tuple[g.SinkNode, ...]) -> dict[str, str]:
+    """Session settings a query needs for its watermarks: when an input of the query declares `with_idleness`,
+    Spark's `multipleWatermarkPolicy=max`, so a quiet input cannot hold back the query's watermark (a single input
+    never needs it: its watermark already follows its most advanced partition)."""
+    seen: set[int] = set()
+    stack: list[g.Node] = list(sinks)
+    while stack:
+        node = stack.pop()
+        if node.id in seen:
+            continue
+        seen.add(node.id)
+        if isinstance(node, g.WatermarkNode) and node.strategy.idleness is not None:
+            return {"spark.sql.streaming.multipleWatermarkPolicy": "max"}
+        stack.extend(node.inputs)
+    return {}
+
+
+def _event_time(frame: DataFrame, node: g.WindowNode) -> DataFrame:
+    """`frame` with `__ts` marked as Spark event time again when a Python step (mapInArrow) between the watermark
+    and the window made a new column of it: Spark's window aggregation looks for the watermark's marker on its time
+    column. Only the marker is restored (Spark refuses a second watermark): the watermark itself stays the one of
+    `assign_timestamps_and_watermarks`, which saw every record, including those a Python filter then dropped."""
+    from pyspark.sql import functions as F
+
+    if WATERMARK_DELAY in frame.schema[TS].metadata:
+        return frame
+    bounds = [n.strategy.out_of_orderness.millis for n in _upstream(node) if isinstance(n, g.WatermarkNode)]
+    marker = {WATERMARK_DELAY: max(bounds, default=0)}
+    return frame.withColumn(TS, F.col(TS).alias(TS, metadata=marker))
+
+
+def _upstream(node: g.Node) -> list[g.Node]:
+    seen: dict[int, g.Node] = {}
+    stack = list(node.inputs)
+    while stack:
+        current = stack.pop()
+        if current.id not in seen:
+            seen[current.id] = current
+            stack.extend(current.inputs)
+    return list(seen.values())
 
 
 def key_columns(stream: Stream) -> list[Column]:

@@ -8,23 +8,28 @@ Two styles of pipeline function are accepted:
   records).
 - **DataFrame** — `function(sources)`, called with `{source name: streaming DataFrame}`, returning one DataFrame (for
   the only sink) or `{sink name: DataFrame}`: one query per sink, named after it.
+
+A job without a pipeline function declares `transform.sql` instead; `runtime.transform` makes it a DataFrame
+pipeline over views named after the sources.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.plan.classify import classify
-from ethereal_kafka.runtime.job import resolve_pipeline
+from ethereal_kafka.runtime.transform import dataframe_pipeline
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from ethereal_kafka.api.environment import StreamExecutionEnvironment
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,9 @@ class QueryBuild:
         output_mode: Spark output mode.
         mode: `partition-preserving` or `shuffling` (see `plan.classify`).
         stateful: The query keeps operator state between epochs.
+        sources: The source connectors as this query reads them (empty: every source of the job as given).
+        spark_conf: Session settings to apply while the query starts (see `plan.compiler.CompiledQuery`).
+        late_sinks: Sinks fed by a window's late-data side output (counted as late records by the metrics).
     """
 
     name: str
@@ -46,6 +54,9 @@ class QueryBuild:
     output_mode: str
     mode: str
     stateful: bool
+    sources: tuple[KafkaSourceConfig, ...] = ()
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    late_sinks: tuple[str, ...] = ()
 
 
 def is_graph_pipeline(function: Any) -> bool:
@@ -63,24 +74,43 @@ def source_frame(spark: SparkSession, config: KafkaSourceConfig) -> DataFrame:
 
 
 def build_queries(
-    spark: SparkSession, loaded: LoadedJob, sources: Mapping[str, KafkaSourceConfig]
+    spark: SparkSession,
+    loaded: LoadedJob,
+    sources: Mapping[str, KafkaSourceConfig],
+    graph_builder: Callable[[StreamExecutionEnvironment], None] | None = None,
 ) -> list[QueryBuild]:
-    """Call the job's pipeline function and return its queries.
+    """Call the job's pipeline function (or `graph_builder`, which builds a DataStream graph on the environment it
+    is given: `env.execute()` uses it) and return its queries.
 
     Raises:
         ConfigError: the pipeline cannot be imported, returns something other than DataFrames, or its outputs do
             not match the job's sinks.
     """
-    function = resolve_pipeline(loaded.job.pipeline)
-    if is_graph_pipeline(function):
+    function: Any = graph_builder or dataframe_pipeline(spark, loaded)
+    if graph_builder is not None or is_graph_pipeline(function):
         from ethereal_kafka.api.environment import StreamExecutionEnvironment
-        from ethereal_kafka.plan.compiler import compile_graph
+        from ethereal_kafka.plan.compiler import ConnectorSet, compile_graph
 
         env = StreamExecutionEnvironment.for_job(loaded, sources=sources)
         function(env)
         return [
-            QueryBuild(q.name, q.frame, q.sinks, q.output_mode, q.mode, q.stateful)
-            for q in compile_graph(spark, env.graph(), loaded.job)
+            QueryBuild(
+                q.name,
+                q.frame,
+                q.sinks,
+                q.output_mode,
+                q.mode,
+                q.stateful,
+                q.sources,
+                q.spark_conf,
+                q.late_sinks,
+            )
+            for q in compile_graph(
+                spark,
+                env.graph(),
+                loaded.job,
+                ConnectorSet(dict(sources), dict(loaded.sinks), dict(loaded.tables)),
+            )
         ]
     frames = {name: source_frame(spark, conf) for name, conf in sources.items()}
     outputs: Any = function(frames)

@@ -2,42 +2,64 @@
 
 Lifecycle: load and validate the job; start Spark (embedded `local[2]` unless the job or `spark-submit` says
 otherwise); build the sources and the pipeline's queries (`runtime.pipeline`); let the coordinator check recovery and
-fence the transactional id pool; start the queries. SIGTERM/SIGINT stop the queries (an epoch in
-flight is aborted by its transactions, never half-committed) and the process exits 0; a fatal error exits 1 with a
-one-line reason.
+fence the transactional id pool; start the queries. SIGTERM/SIGINT stop the job between epochs: no new epoch
+starts, the epoch in flight commits (or, past `shutdown.timeout.ms` or on a second signal, is interrupted and aborted
+by the next start's fencing), then the queries and Spark stop and the process exits 0 (`runtime.lifecycle`). A fatal
+error exits 1 with a one-line reason; the full trace is in the run's log folder (`runtime.logs`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import signal
+import logging
 import sys
-import threading
+import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
+from ethereal_kafka.checkpoint.apps import hold_run_lock, record_run
 from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, QuerySinks
 from ethereal_kafka.checkpoint.history import HistoryLog
+from ethereal_kafka.checkpoint.replay import take_replay_intent
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
+from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.runtime.errors import JobFailedError
+from ethereal_kafka.runtime.failure import root_cause
 from ethereal_kafka.runtime.job import RunningJob
+from ethereal_kafka.runtime.lifecycle import JobLifecycle
+from ethereal_kafka.runtime.logs import configure_python_logging, default_log_dir, route_spark_logs
+from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
 from ethereal_kafka.runtime.pipeline import build_queries
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from ethereal_kafka.api.environment import StreamExecutionEnvironment
+
+    GraphBuilder = Callable[[StreamExecutionEnvironment], None]
+
+log = logging.getLogger(__name__)
 
 
-def job_sources(loaded: LoadedJob, fresh: bool) -> dict[str, KafkaSourceConfig]:
-    """The job's sources as they run: group.id defaults to app.id, initial offsets pinned in the checkpoint, and
-    `replay.from` applied when the checkpoint is fresh."""
+def job_sources(
+    loaded: LoadedJob, fresh: bool, replay_starts: Mapping[str, str] | None = None
+) -> dict[str, KafkaSourceConfig]:
+    """The job's sources as they run: group.id defaults to app.id, initial offsets pinned in the checkpoint, and,
+    when the checkpoint is fresh, the start positions `ethereal-kafka replay` left (`replay_starts`, per source) or
+    else `replay.from` applied."""
     out = {}
     for name, conf in loaded.sources.items():
         changes: dict[str, object] = {"checkpoint_location": f"{loaded.job.checkpoint_location}/sources"}
         if conf.group_id is None:
             changes["group_id"] = loaded.job.app_id
-        if fresh and loaded.job.replay_from:
+        if fresh and replay_starts and name in replay_starts:
+            changes["starting_offsets"] = replay_starts[name]
+        elif fresh and loaded.job.replay_from:
             changes["starting_offsets"] = loaded.job.replay_from
         out[name] = dataclasses.replace(conf, **changes)  # type: ignore[arg-type]
     return out
@@ -52,13 +74,23 @@ def checkpoint_has_progress(root: str) -> bool:
 
 
 def start(
-    spark: SparkSession, loaded: LoadedJob, available_now: bool = False
+    spark: SparkSession,
+    loaded: LoadedJob,
+    available_now: bool = False,
+    graph_builder: GraphBuilder | None = None,
+    metrics: RunMetrics | None = None,
 ) -> tuple[RunningJob, CheckpointCoordinator]:
-    """Build the job's queries under a coordinator and start them."""
+    """Build the job's queries under a coordinator and start them (`graph_builder`: see `build_queries`; `metrics`
+    watches the coordinator from before the first epoch)."""
     job = loaded.job
+    # Held (shared) until the process ends: `ethereal-kafka replay` refuses while any instance holds it, and cannot
+    # change the checkpoint between this look at it and the start (see checkpoint.apps).
+    hold_run_lock(job.app_id)
     fresh = not checkpoint_has_progress(job.checkpoint_location)
-    sources = job_sources(loaded, fresh)
-    builds = build_queries(spark, loaded, sources)
+    # A replay leaves its start positions in the checkpoint root; they apply while the checkpoint is fresh.
+    replay_starts = take_replay_intent(job.checkpoint_location, job.app_id, fresh)
+    sources = job_sources(loaded, fresh, replay_starts)
+    builds = build_queries(spark, loaded, sources, graph_builder)
     history = HistoryLog(job.app_id)
     coordinator = CheckpointCoordinator(
         CoordinatorSettings(
@@ -74,10 +106,18 @@ def start(
         loaded.sinks,
         history,
     )
+    groups: dict[str, list[str]] = {}
+    for build in builds:
+        for config in build.sources or tuple(sources.values()):
+            groups.setdefault(config.name, []).append(config.group)
+    # Before the claim: `replay` must know every local claim (and every group the queries commit to).
+    record_run(loaded, coordinator.instance_id, groups)
     coordinator.prepare(
-        [QuerySinks(b.name, b.sinks, b.mode, b.stateful) for b in builds],
-        replaying=fresh and job.replay_from is not None,
+        [QuerySinks(b.name, b.sinks, b.mode, b.stateful, b.sources) for b in builds],
+        replaying=fresh and (job.replay_from is not None or replay_starts is not None),
     )
+    if metrics is not None:
+        metrics.watch(coordinator, side_outputs=[sink for b in builds for sink in b.late_sinks])
     queries = {}
     for build in builds:
         writer = (
@@ -90,41 +130,104 @@ def start(
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{job.trigger_interval_ms} milliseconds")
+        # A query reads these settings when it starts (its checkpoint keeps them): set them for this start only.
+        previous = {key: spark.conf.get(key, None) for key in build.spark_conf}
+        for key, value in build.spark_conf.items():
+            spark.conf.set(key, value)
         queries[build.name] = writer.start()
+        for key, old in previous.items():
+            spark.conf.unset(key) if old is None else spark.conf.set(key, old)
+        if len(builds) > 1:
+            wait_initialized(queries[build.name])
     return RunningJob(queries), coordinator
 
 
-def run(job_path: str | Path, available_now: bool = False) -> int:
-    """Run a job file until stopped (or until the input is consumed with `available_now`); returns the exit code."""
-    from ethereal_kafka.runtime.spark import local_session
+def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
+    """Wait until `query` has initialized its sources (or stopped, or `timeout_s` passed).
+
+    Spark 4.3's Python streaming source registers itself in state shared by every query of the session while its
+    query initializes; a task of another query serialized at that moment fails (`OptionalDataException`). Starting
+    a job's queries one after the other avoids the race.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and query.isActive:
+        if not str(query.status.get("message", "")).startswith("Initializing"):
+            return
+        time.sleep(0.1)
+
+
+def run(
+    job_path: str | Path,
+    available_now: bool = False,
+    graph_builder: GraphBuilder | None = None,
+    log_dir: str | Path | None = None,
+) -> int:
+    """Run a job file until stopped (or until the input is consumed with `available_now`); returns the exit code.
+
+    Called by `ethereal-kafka run` (also under spark-submit) in the main thread. SIGTERM/SIGINT stop the job
+    between epochs (`runtime.lifecycle`) and 0 is returned; the last log line says how it stopped. Logs go to stderr
+    (short) and to `log_dir` (full; default `runtime.logs.default_log_dir`).
+
+    Raises:
+        EtherealKafkaError: the job file is invalid or the coordinator refuses to start (`ConfigError`,
+            `RecoveryError`, ...), or a query failed (`JobFailedError`); each message is one line.
+    """
+    from ethereal_kafka.runtime.spark import (
+        STATE_STORE_KEY,
+        STATE_STORE_PROVIDERS,
+        launched_by_spark_submit,
+        local_session,
+    )
 
     loaded = load_job(job_path)
-    spark = local_session(
-        f"ethereal-kafka-{loaded.job.app_id}",
-        master=loaded.job.spark_master,
-        conf={
-            **{f"spark.{k}": v for k, v in loaded.job.passthrough.items()},
-            "spark.sql.shuffle.partitions": str(loaded.job.sink_tasks),
-        },
-    )
-    stopping = threading.Event()
-    running, _ = start(spark, loaded, available_now)
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        stopping.set()
-        running.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    job = loaded.job
+    logs = Path(log_dir) if log_dir else default_log_dir(job.app_id)
+    configure_python_logging(logs)
+    hint = f" (full trace under {logs})"
+    lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=hint)
+    lifecycle.stop_when_drained = available_now
+    lifecycle.install_signal_handlers()
     try:
-        running.await_termination()
-    except Exception:
-        if stopping.is_set():
-            return 0
-        raise
+        spark = local_session(
+            f"ethereal-kafka-{job.app_id}",
+            master=job.spark_master,
+            conf={
+                **{f"spark.{k}": v for k, v in job.passthrough.items()},
+                "spark.sql.shuffle.partitions": str(job.sink_tasks),
+                STATE_STORE_KEY: STATE_STORE_PROVIDERS[job.state_backend],
+            },
+        )
+        metrics = RunMetrics()
+        try:
+            if not launched_by_spark_submit():
+                route_spark_logs(spark, logs)
+            log.info("job %s starting on %s (logs: %s)", job.app_id, spark.sparkContext.master, logs)
+            metrics = open_metrics(spark, loaded)
+            running, coordinator = start(spark, loaded, available_now, graph_builder, metrics)
+            metrics.start_progress()
+            lifecycle.attach(running, coordinator.gate)
+            log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
+            report = lifecycle.wait()
+        except EtherealKafkaError:
+            log.debug("job %s failed", job.app_id, exc_info=True)
+            raise
+        except Exception as exc:
+            log.debug("job %s failed", job.app_id, exc_info=True)
+            raise JobFailedError(f"job {job.app_id} failed: {root_cause(exc)}{hint}") from exc
+        finally:
+            metrics.close()
+            _stop_spark(spark)
     finally:
-        spark.stop()
+        lifecycle.restore_signal_handlers()
+    log.info("%s", report.line())
     return 0
+
+
+def _stop_spark(spark: SparkSession) -> None:
+    try:
+        spark.stop()
+    except Exception:  # the job's outcome is already decided; a failing stop must not hide it
+        log.warning("stopping Spark failed", exc_info=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,16 +1,20 @@
-"""Build the embedded local SparkSession with the settings the framework depends on.
+"""Build the SparkSession with the settings the framework depends on: embedded (local) by default, or the one
+spark-submit prepared when the job runs under spark-submit.
 
 Nothing here runs at import time: `local_session()` is called by the CLI, the demo and the test kit.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ethereal_kafka.errors import SparkSetupError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -19,13 +23,21 @@ if TYPE_CHECKING:
 REQUIRED_CONF: Mapping[str, str] = {
     # A speculative task's Kafka writes cannot be undone: one attempt per task.
     "spark.speculation": "false",
-    # transformWithStateInPandas needs the RocksDB state store provider.
-    "spark.sql.streaming.stateStore.providerClass": (
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-    ),
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
 }
+
+#: The Spark setting that picks the state store (fixed in a query's checkpoint once it ran).
+STATE_STORE_KEY = "spark.sql.streaming.stateStore.providerClass"
+#: Spark's state store provider of each `state.backend` job setting.
+STATE_STORE_PROVIDERS: Mapping[str, str] = {
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "memory": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
+
+#: Defaults a job (or spark-submit) may override: the framework's stateful operators (transformWithState) need
+#: the RocksDB state store, so it is the default; `state.backend=memory` chooses the in-memory (HDFS-backed) one.
+DEFAULT_CONF: Mapping[str, str] = {STATE_STORE_KEY: STATE_STORE_PROVIDERS["rocksdb"]}
 
 #: Settings that suit a small local machine; a cluster deployment may override them.
 LOCAL_CONF: Mapping[str, str] = {
@@ -41,15 +53,54 @@ LOCAL_CONF: Mapping[str, str] = {
 }
 
 
-def prepare_environment() -> None:
+def prepare_environment(master: str = "local[2]") -> None:
     """Set the environment a PySpark driver needs on a small Linux box.
 
-    Python workers must use this interpreter and connect back over loopback, or they time out.
+    Python workers must use this interpreter (`PYSPARK_PYTHON`, which the driver hands to every executor) and, with
+    a local master, connect back over loopback, or they time out. A remote master must see the driver's real
+    address, so `SPARK_LOCAL_IP` is only defaulted for `local*` masters. Values already set are kept.
     """
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")
+
+
+def launched_by_spark_submit() -> bool:
+    """True when this Python process is a driver that `spark-submit` started.
+
+    spark-submit starts the driver JVM first and runs the Python program with the JVM's gateway port in
+    `PYSPARK_GATEWAY_PORT`; an embedded session launches its own JVM instead.
+    """
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def submitted_conf() -> dict[str, str]:
+    """The settings spark-submit gave the driver JVM (`--master`, `--conf`, `spark-defaults.conf`); {} otherwise."""
+    if not launched_by_spark_submit():
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    # Connects to spark-submit's JVM (no new JVM): without the gateway, SparkConf() would not see its settings.
+    SparkContext._ensure_initialized()
+    return {str(k): str(v) for k, v in SparkConf().getAll()}
+
+
+def session_settings(
+    master: str, conf: Mapping[str, str] | None, submitted: Mapping[str, str]
+) -> tuple[str | None, dict[str, str]]:
+    """Decide the master and the settings a session is built with (pure; see `local_session`).
+
+    Returns:
+        The master to set (None: keep spark-submit's) and the settings to apply, in order.
+    """
+    if submitted:
+        defaults = {k: v for k, v in DEFAULT_CONF.items() if k not in submitted}
+        keep = {k: v for k, v in (conf or {}).items() if k not in submitted}
+        return (None if "spark.master" in submitted else master), {**defaults, **keep, **REQUIRED_CONF}
+    base = LOCAL_CONF if master.startswith("local") else {}
+    return master, {**base, **DEFAULT_CONF, **REQUIRED_CONF, **(conf or {})}
 
 
 def local_session(
@@ -59,24 +110,43 @@ def local_session(
 ) -> SparkSession:
     """Return a SparkSession (created or reused) with the framework's settings and the Kafka data source registered.
 
+    Embedded (the default): `master` and `LOCAL_CONF` (local masters only), `DEFAULT_CONF`, then `REQUIRED_CONF`,
+    then `conf`.
+    Under spark-submit (`launched_by_spark_submit()`): spark-submit's master and settings are kept; `conf` fills in
+    only keys spark-submit did not set, and `REQUIRED_CONF` is always applied (a contradicting submitted value is
+    overridden with a warning).
+
     Args:
-        app_name: Spark application name.
+        app_name: Spark application name (spark-submit's `--name` wins).
         master: Spark master URL (`local[2]` by default; `spark://...` for a standalone cluster).
-        conf: Extra settings, applied last.
+        conf: Extra settings.
 
     Raises:
         SparkSetupError: Spark could not start (for instance, no Java).
     """
-    prepare_environment()
+    submitted = submitted_conf()
+    chosen, settings = session_settings(master, conf, submitted)
+    prepare_environment(chosen or submitted.get("spark.master", ""))
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app_name).master(master)
-    for key, value in {**LOCAL_CONF, **REQUIRED_CONF, **(conf or {})}.items():
+    builder = SparkSession.builder
+    if not submitted.get("spark.app.name") or submitted["spark.app.name"].endswith(".py"):
+        builder = builder.appName(app_name)
+    if chosen is not None:
+        builder = builder.master(chosen)
+    elif master != submitted["spark.master"]:
+        log.info("launched by spark-submit: master %s (not %s)", submitted["spark.master"], master)
+    for key, value in REQUIRED_CONF.items():
+        if key in submitted and submitted[key] != value:
+            log.warning("%s=%s overridden: ethereal-kafka requires %s", key, submitted[key], value)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
     except Exception as exc:
-        raise SparkSetupError(f"could not start Spark ({master}): {exc}") from exc
+        raise SparkSetupError(
+            f"could not start Spark ({chosen or submitted.get('spark.master')}): {exc}"
+        ) from exc
     spark.sparkContext.setLogLevel("WARN")
     register_sources(spark)
     return spark

@@ -49,3 +49,28 @@ def counts_two_ways(env: StreamExecutionEnvironment) -> None:
         lambda e: {"word": e["word"], "start_ms": int(e["window_start"].timestamp() * 1000), "n": e["count"]},
         "word string, start_ms long, n long",
     ).sink_to("flat")
+
+
+class _Count:
+    """Counts a key's elements; the result's first field decreases, so sorting records by content would reverse
+    them: only the operator's emission order keeps them increasing."""
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, value: dict[str, Any], accumulator: int) -> int:
+        return accumulator + 1
+
+    def get_result(self, accumulator: int) -> dict[str, Any]:
+        return {"rev": 1_000_000 - accumulator, "n": accumulator}
+
+
+def running_counts(env: StreamExecutionEnvironment) -> None:
+    """Per key, one update per element (a rolling aggregate), whose content sorts against emission order."""
+    (
+        env.from_source("lines")
+        .select(F.col("key").cast("string").alias("k"), F.col("seq"))
+        .key_by("k")
+        .aggregate(_Count(), output_type="rev long, n long")
+        .sink_to("counts")
+    )

@@ -103,3 +103,29 @@ def test_one_query_writes_a_window_to_two_sinks(
     counts = read_json(bs, counts_topic)
     assert sorted((c["word"], c["count"]) for c in counts) == sorted((w, n) for (w, _), n in expected.items())
     assert (job.checkpoint / "counts+flat").is_dir(), "both sinks are written by one query"
+
+
+def test_a_keys_updates_reach_kafka_in_emission_order(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    base = base_ts()
+    events = [(i % 2, f"k{i % 3}", {"seq": i, "text": "", "ts": base + i}, base + i) for i in range(240)]
+    feed_events(bs, src, events)
+    job = write_api_job(
+        tmp_path,
+        bs,
+        "tests.integration.pipelines_api:running_counts",
+        {"lines": (src, "value.format=json\nvalue.schema=seq long, text string, ts long\n")},
+        {"counts": (dst, "value.format=json\nkey.format=string\n")},
+        max_records=60,
+    )
+    result = run_job(job)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_records(bs, dst)
+    per_key: dict[str, list[int]] = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        per_key.setdefault((record.key or b"").decode(), []).append(json.loads(record.value or b"{}")["n"])
+    expected = Counter(f"k{i % 3}" for i in range(240))
+    assert {k: v for k, v in per_key.items()} == {k: list(range(1, n + 1)) for k, n in expected.items()}

@@ -6,12 +6,12 @@ checked for completeness.
 
 from __future__ import annotations
 
-from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
 from ethereal_kafka.serde import SerdeSpec
 
 
-def check_connector(config: KafkaSourceConfig | KafkaSinkConfig) -> None:
+def check_connector(config: KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig) -> None:
     """Parse every schema the connector names and, for a source, fix its output columns.
 
     Raises:

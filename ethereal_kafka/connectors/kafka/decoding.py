@@ -14,7 +14,7 @@ and the decoded fields are added as columns, prefixed by `key.fields.prefix` / `
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -213,11 +213,18 @@ class RecordDecoder:
         return self.stats
 
 
-def decode_batches(layout: SourceLayout, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Decode every raw batch of a task and flush the dead-letter topic at the end."""
+def decode_batches(
+    layout: SourceLayout,
+    batches: Iterator[pa.RecordBatch],
+    on_finish: Callable[[DecodeStats], None] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Decode every raw batch of a task and flush the dead-letter topic at the end; then hand the task's counts to
+    `on_finish` (not called when the task fails)."""
     decoder = layout.build()
     for raw in batches:
         out = decoder.decode(raw)
         if out.num_rows:
             yield out
-    decoder.finish()
+    stats = decoder.finish()
+    if on_finish is not None:
+        on_finish(stats)

@@ -9,7 +9,10 @@ Contract with Spark (see SPARK-NOTES.md):
 - `partitions(start, end)` is a pure function of its arguments: one input partition per Kafka partition with data,
   so a replayed epoch reads exactly the same records.
 - `read` yields Arrow record batches of the Kafka columns plus the decoded key/value fields; poison records are
-  handled per `on.error` (see `decoding`).
+  handled per `on.error` (see `decoding`). Each successful read reports its counts and timestamps to the driver
+  (`read_stats`), for the job's metrics.
+- With `pin.tables` (set by the compiler for lookup joins), the end offsets also record the tables' offsets under
+  `@table/<name>` keys, and each row carries them in the hidden `__pins` column (see `connectors.table_pins`).
 """
 
 from __future__ import annotations
@@ -44,18 +47,30 @@ from ethereal_kafka.connectors.kafka.offsets import (
 )
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
 from ethereal_kafka.connectors.kafka.range_reader import messages_to_batch, read_messages
+from ethereal_kafka.connectors.kafka.read_stats import ReadTally
+from ethereal_kafka.connectors.table_pins import (
+    PINS_COLUMN,
+    TablePinner,
+    add_pins_column,
+    decode_tables,
+    encode_pins,
+    pins_of,
+    topics_only,
+)
 
 
 @dataclass(frozen=True)
 class KafkaInputPartition(InputPartition):
-    """One Spark input partition: offsets `[start, until)` of one Kafka partition."""
+    """One Spark input partition: offsets `[start, until)` of one Kafka partition (and the epoch's table pins)."""
 
     topic: str
     partition: int
     start: int
     until: int
+    pins: str
 
-    def __init__(self, topic: str, partition: int, start: int, until: int) -> None:
+    def __init__(self, topic: str, partition: int, start: int, until: int, pins: str = "") -> None:
+        object.__setattr__(self, "pins", pins)
         object.__setattr__(self, "topic", topic)
         object.__setattr__(self, "partition", partition)
         object.__setattr__(self, "start", start)
@@ -76,8 +91,11 @@ class KafkaDataSource(DataSource):
         return SourceLayout.from_config(config)
 
     def schema(self) -> StructType:
-        """The Kafka columns plus the decoded key/value fields (see `decoding.SourceLayout`)."""
-        return cast(StructType, self._layout().spark_schema())
+        """The Kafka columns plus the decoded key/value fields (see `decoding.SourceLayout`), and `__pins` with
+        `pin.tables`."""
+        layout = self._layout()
+        schema = cast(StructType, layout.spark_schema())
+        return schema.add(PINS_COLUMN, "string") if layout.config.pin_tables else schema
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Validate the options and return the micro-batch reader (driver side)."""
@@ -92,6 +110,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.config = layout.config
         self._resolver: PositionResolver | None = None
         self._target: dict[TopicPartitionKey, int] | None = None
+        self._pinner: TablePinner | None = None
 
     @property
     def resolver(self) -> PositionResolver:
@@ -101,7 +120,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._resolver
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"layout": self.layout, "config": self.config, "_resolver": None, "_target": None}
+        return {
+            "layout": self.layout,
+            "config": self.config,
+            "_resolver": None,
+            "_target": None,
+            "_pinner": None,
+        }
 
     # -- driver side ---------------------------------------------------------------------------------------------
     def initialOffset(self) -> SourceOffset:
@@ -147,7 +172,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         New partitions appear here (they start at their earliest offset); no partition ever moves backwards.
         """
-        begin = to_flat(start)
+        begin = to_flat(topics_only(start))
         if self._target is not None:
             latest = dict(self._target)
         else:
@@ -157,7 +182,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest.setdefault(tp, off)
         if isinstance(limit, ReadMaxRows):
             latest = limit_offsets(begin, latest, limit.max_rows)
-        return from_flat(latest)
+        if not self.config.pin_tables:
+            return from_flat(latest)
+        if self._pinner is None:
+            tables = decode_tables(self.config.pin_tables)
+            self._pinner = TablePinner(tables, self.config.checkpoint_location)
+        return self._pinner.pin(start, from_flat(latest))
 
     def reportLatestOffset(self) -> SourceOffset | None:
         """The latest offsets, for Spark's progress reports (lag)."""
@@ -169,7 +199,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Keeping empty ranges makes Spark partition i of every epoch the i-th partition of `end`, so a
         partition-preserving sink task knows which input partition (and group offset) it owns.
         """
-        return [KafkaInputPartition(t, p, a, b) for t, p, a, b in ranges(start, end, include_empty=True)]
+        pins = encode_pins(pins_of(end))
+        spans = ranges(topics_only(start), topics_only(end), include_empty=True)
+        return [KafkaInputPartition(t, p, a, b, pins) for t, p, a, b in spans]
 
     def commit(self, end: SourceOffset) -> None:
         """Spark finished `end`; offsets are committed to Kafka by the sink/coordinator, not here."""
@@ -179,6 +211,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._resolver is not None:
             self._resolver.close()
             self._resolver = None
+        if self._pinner is not None:
+            self._pinner.close()
+            self._pinner = None
 
     # -- executor side -------------------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -201,4 +236,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.config.batch_size,
             self.config.read_timeout_ms,
         )
-        yield from decode_batches(self.layout, (messages_to_batch(chunk) for chunk in chunks))
+        tally = ReadTally(
+            self.config.name, partition.topic, partition.partition, partition.start, partition.until
+        )
+        batches = decode_batches(
+            self.layout,
+            (tally.observe(messages_to_batch(chunk)) for chunk in chunks),
+            on_finish=lambda stats: tally.publish(stats.dead_lettered, stats.skipped),
+        )
+        yield from add_pins_column(batches, partition.pins) if self.config.pin_tables else batches

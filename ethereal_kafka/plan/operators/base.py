@@ -22,7 +22,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS, is_hidden
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+from ethereal_kafka.plan.schema import KEY, OFFSET, PART, SEQ, TS, is_hidden
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
@@ -92,12 +94,71 @@ def strip_watermark(frame: DataFrame) -> DataFrame:
 def transform(
     frame: DataFrame, processor: Any, output: StructType, time_mode: str = "EventTime"
 ) -> DataFrame:
-    """Run `processor` per `__key` over `frame` (append mode)."""
+    """Run `processor` per `__key` over `frame` (append mode); each output row gets `__seq` (see `Sequenced`)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
 
-    return (
-        strip_watermark(frame).groupBy(F.col(KEY)).transformWithState(processor, output, "append", time_mode)
+    numbered = StructType([*output.fields, StructField(SEQ, LongType(), False)])
+    grouped = strip_watermark(frame).groupBy(F.col(KEY))
+    return grouped.transformWithState(
+        Sequenced(processor, tuple(numbered.fieldNames())), numbered, "append", time_mode
     )
+
+
+#: Sequence numbers of rows emitted by timers start here (after any key's input rows of the epoch).
+_TIMER_SEQ_BASE = 1 << 50
+
+
+class Sequenced(StatefulProcessor):
+    """Wraps a processor and appends `__seq` to every row it emits: the row's position in the key's output of the
+    epoch — input rows first (0, 1, ...), then each expired timer's rows, in timer order. The exactly-once sink
+    sorts a task's records by key and `__seq`, so a key's records reach Kafka in the order the operator emitted
+    them (and the same order when the epoch is replayed).
+
+    Spark calls it as its `StatefulProcessor`; it delegates every call to the wrapped one.
+    """
+
+    def __init__(self, inner: Any, names: tuple[str, ...]) -> None:
+        self.inner = inner
+        self.names = names
+        self._row: Any = None
+
+    def _make(self, values: tuple[Any, ...]) -> Row:
+        if self._row is None:
+            from pyspark.sql import Row
+
+            self._row = Row(*self.names)
+        return self._row(*values)
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Delegate."""
+        self.inner.init(handle)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        """The wrapped processor's rows, numbered 0, 1, ..."""
+        for index, row in enumerate(self.inner.handleInputRows(key, rows, timerValues)):
+            yield self._make((*row, index))
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Row]:
+        """The wrapped processor's rows, numbered after the epoch's input rows, in timer order."""
+        handler = getattr(self.inner, "handleExpiredTimer", None)
+        if handler is None:
+            return
+        base = _TIMER_SEQ_BASE + max(0, int(expiredTimerInfo.getExpiryTimeInMs())) * 1024
+        for index, row in enumerate(handler(key, timerValues, expiredTimerInfo)):
+            yield self._make((*row, base + index))
+
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
+        """Delegate (framework operators take no initial state)."""
+        handler = getattr(self.inner, "handleInitialState", None)
+        if handler is not None:
+            handler(key, initialState, timerValues)
+
+    def close(self) -> None:
+        """Delegate."""
+        closer = getattr(self.inner, "close", None)
+        if closer is not None:
+            closer()
 
 
 def element_order(row: dict[str, Any]) -> tuple[Any, ...]:

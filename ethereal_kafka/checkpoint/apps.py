@@ -1,0 +1,224 @@
+"""What this host knows about an app: its run record (which job, which checkpoint) and its run lock (is it running).
+
+`ethereal-kafka run` (the runner's `start`) takes the app's run lock and writes its run record before the
+coordinator claims the app. `ethereal-kafka offsets APP` and `replay APP` read the record to find the job file and
+the checkpoint; `replay` takes the lock exclusively to prove that no instance of the app runs on this host.
+
+Both live beside the app's checkpoint history, in `<cache>/apps/<app.id>/`:
+
+* `job.json` — the run record: the job file and checkpoint root as absolute paths, the instance id that claims the
+  app in Kafka, host, pid and start time. Paths and ids only: no connector setting (so no secret) is written.
+* `run.lock` — an advisory `flock`. Every running instance holds it *shared* for the life of its process (two
+  instances may overlap while the second takes over from the first); `replay` takes it *exclusive*, without
+  waiting, for as long as it changes anything. The kernel releases a lock when its process ends, SIGKILL
+  included, so a crashed job never leaves a stale lock; a pid or a heartbeat file could not promise that.
+
+The lock only sees processes on this host (and hosts sharing this cache directory over a file system with working
+`flock`). `replay` covers other hosts with the owner claim in Kafka (see `checkpoint.replay.check_stopped`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import IO
+
+from ethereal_kafka.broker.jars import cache_home
+from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
+from ethereal_kafka.config.job import LoadedJob
+
+log = logging.getLogger(__name__)
+
+RECORD_FILE = "job.json"
+LOCK_FILE = "run.lock"
+
+#: How long a starting job waits for a replay holding the lock exclusively (a replay takes seconds).
+LOCK_WAIT_S = 120.0
+
+_HELD: dict[str, IO[bytes]] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def app_dir(app_id: str) -> Path:
+    """`<cache>/apps/<app.id>`: the app's local state (history, run record, run lock)."""
+    return cache_home() / "apps" / app_id
+
+
+def local_path(location: str) -> Path | None:
+    """The local folder a checkpoint location names, or None for a URI of another file system (`hdfs://...`)."""
+    if location.startswith("file://"):
+        return Path(location.removeprefix("file://"))
+    if location.startswith("file:"):
+        return Path(location.removeprefix("file:"))
+    if "://" in location:
+        return None
+    return Path(location)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The last start of an app on this host, written by the runner.
+
+    Attributes:
+        job_file: Absolute path of the job `.properties` file.
+        checkpoint_location: The job's checkpoint root, absolute when it is a local path.
+        instance_id: The id the instance commits as its owner claim (`CheckpointCoordinator.instance_id`).
+        host: `socket.gethostname()` of the process.
+        pid: The process id (informational: liveness comes from the lock, never from the pid).
+        started_ms: Wall-clock start, epoch milliseconds.
+        groups: Per source name, the consumer groups the job's queries commit its offsets to (a source read by
+            several queries has one group per query: `<group>.<query>`); empty = each source's own group.
+    """
+
+    app_id: str
+    job_file: str
+    checkpoint_location: str
+    instance_id: str
+    host: str
+    pid: int
+    started_ms: int
+    groups: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """One JSON object; `from_json` reads it back equal."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunRecord:
+        """Parse `to_json` output, ignoring keys this version does not know.
+
+        Raises:
+            ValueError: the text is not such an object.
+        """
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("run record is not a JSON object")
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in raw.items() if k in known})
+        except TypeError as exc:
+            raise ValueError(f"run record is incomplete: {exc}") from exc
+
+
+def record_run(loaded: LoadedJob, instance_id: str, groups: dict[str, list[str]] | None = None) -> RunRecord:
+    """Write the run record of `loaded`'s app (atomically: a reader sees the old or the new record, whole).
+
+    Called by the runner at start, before the coordinator claims the app, so the claim it commits is always one
+    this host can recognise.
+    """
+    location = loaded.job.checkpoint_location
+    path = local_path(location)
+    record = RunRecord(
+        app_id=loaded.job.app_id,
+        job_file=str(Path(loaded.path).absolute()),
+        checkpoint_location=str(path.absolute()) if path is not None else location,
+        instance_id=instance_id,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started_ms=int(time.time() * 1000),
+        groups={name: sorted(set(found)) for name, found in (groups or {}).items()},
+    )
+    folder = app_dir(record.app_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f"{RECORD_FILE}.{os.getpid()}.partial"
+    partial.write_text(record.to_json(), encoding="utf-8")
+    os.replace(partial, folder / RECORD_FILE)
+    return record
+
+
+def read_run_record(app_id: str) -> RunRecord | None:
+    """The app's run record on this host, or None when it never started here (or the record is unreadable)."""
+    path = app_dir(app_id) / RECORD_FILE
+    try:
+        return RunRecord.from_json(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring the unreadable run record %s: %s", path, exc)
+        return None
+
+
+def _open_lock(app_id: str) -> IO[bytes]:
+    folder = app_dir(app_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    return (folder / LOCK_FILE).open("ab")
+
+
+def hold_run_lock(app_id: str, wait_s: float = LOCK_WAIT_S) -> None:
+    """Hold the app's run lock (shared) until this process ends or `release_run_lock` is called.
+
+    Called by the runner before it looks at the checkpoint, so a replay can never change the checkpoint between
+    the runner's look and its start. Idempotent within a process. Waits while a replay holds the lock.
+
+    Raises:
+        ReplayError: a replay still held the lock after `wait_s` seconds.
+    """
+    with _HELD_LOCK:
+        if app_id in _HELD:
+            return
+        handle = _open_lock(app_id)
+        deadline = time.monotonic() + wait_s
+        told = False
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    handle.close()
+                    raise ReplayError(
+                        f"app {app_id}: a replay has held its run lock for {wait_s:.0f} s; "
+                        f"retry when `ethereal-kafka replay {app_id}` has finished"
+                    ) from None
+                if not told:
+                    log.warning("app %s: waiting for a replay in progress to finish", app_id)
+                    told = True
+                time.sleep(0.2)
+        _HELD[app_id] = handle
+
+
+def release_run_lock(app_id: str) -> None:
+    """Release the lock `hold_run_lock` took in this process (no-op when it holds none)."""
+    with _HELD_LOCK:
+        handle = _HELD.pop(app_id, None)
+    if handle is not None:
+        handle.close()  # closing the last descriptor of the open file releases the flock
+
+
+@contextlib.contextmanager
+def exclusive_run_lock(app_id: str) -> Iterator[None]:
+    """Hold the app's run lock exclusively for the `with` block; fail at once when any instance holds it.
+
+    While it is held no instance of the app can start on this host (starting ones wait).
+
+    Raises:
+        AppRunningError: an instance of the app holds the lock (the message names its pid and start time).
+    """
+    handle = _open_lock(app_id)
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise AppRunningError(
+                f"app {app_id} is running on this host{_who(app_id)}; stop it first"
+            ) from None
+        yield
+    finally:
+        handle.close()
+
+
+def _who(app_id: str) -> str:
+    record = read_run_record(app_id)
+    if record is None:
+        return ""
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.started_ms / 1000))
+    return f" (last started as pid {record.pid} at {started})"

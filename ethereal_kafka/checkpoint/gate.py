@@ -1,0 +1,133 @@
+"""The epoch gate: lets a job stop between epochs instead of in the middle of one.
+
+Every `EpochWriter` passes each epoch through the job's gate. The runner closes the gate when it is told to stop
+(SIGTERM/SIGINT); from then on no new epoch starts writing, and the runner waits (bounded) until the epochs in flight
+have committed or failed before it stops the queries. An epoch refused by a closed gate has written nothing: Spark
+logged its offsets but not its commit, so the next start replays it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from ethereal_kafka.checkpoint.errors import EpochRefusedError
+
+
+@dataclass(frozen=True)
+class EpochOutcome:
+    """The last epoch a query finished through the gate.
+
+    Attributes:
+        query: The query's name.
+        epoch: Spark's batch id.
+        error: What the write raised (None when it committed): the runner reports its root cause when the query
+            then fails.
+    """
+
+    query: str
+    epoch: int
+    error: BaseException | None = field(default=None, compare=False)
+
+    @property
+    def committed(self) -> bool:
+        """True when the write returned, i.e. the epoch committed."""
+        return self.error is None
+
+
+class EpochGate:
+    """Counts the epochs in flight and refuses new ones once closed. Thread-safe.
+
+    Spark calls `foreachBatch` functions on its query threads (through the py4j callback server) while the runner's
+    main thread waits; the gate is shared by all writers of one job run.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._closed = False
+        self._in_flight: dict[str, int] = {}
+        self._last: dict[str, EpochOutcome] = {}
+        self._refused: list[tuple[str, int]] = []
+
+    @contextmanager
+    def epoch(self, query: str, epoch: int) -> Iterator[None]:
+        """Hold the gate open while epoch `epoch` of `query` writes.
+
+        Called by `EpochWriter.__call__` around the whole write (phase one and two and the history record).
+
+        Raises:
+            EpochRefusedError: the gate is closed; the caller must not write anything.
+        """
+        with self._cond:
+            if self._closed:
+                self._refused.append((query, epoch))
+                raise EpochRefusedError(
+                    f"epoch {epoch} of query {query} not started: the job is stopping (it is replayed on restart)"
+                )
+            self._in_flight[query] = epoch
+        error: BaseException | None = None
+        try:
+            yield
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            with self._cond:
+                self._in_flight.pop(query, None)
+                self._last[query] = EpochOutcome(query, epoch, error)
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Refuse every epoch that has not started yet (idempotent). Called by the runner when a stop is requested."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` was called."""
+        with self._cond:
+            return self._closed
+
+    def in_flight(self) -> dict[str, int]:
+        """`{query: epoch}` of the epochs writing now."""
+        with self._cond:
+            return dict(self._in_flight)
+
+    def last(self) -> dict[str, EpochOutcome]:
+        """The last finished epoch of each query."""
+        with self._cond:
+            return dict(self._last)
+
+    def refused(self) -> list[tuple[str, int]]:
+        """`(query, epoch)` of every epoch the closed gate refused."""
+        with self._cond:
+            return list(self._refused)
+
+    def wait_idle(self, timeout_s: float, interrupted: threading.Event | None = None) -> bool:
+        """Wait until no epoch is in flight.
+
+        Returns:
+            True when idle; False when `timeout_s` passed or `interrupted` was set first.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0 or (interrupted is not None and interrupted.is_set()):
+                    return False
+                self._cond.wait(min(left, 0.2))
+            return True
+
+    def pause(self, seconds: float) -> None:
+        """Sleep up to `seconds`, waking early when the gate closes (the writer's pause between epochs)."""
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            while not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)

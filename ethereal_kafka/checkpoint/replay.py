@@ -1,0 +1,386 @@
+"""Replay: reset an app's committed offsets, epoch markers and Spark checkpoint so its next run reprocesses from a
+chosen position (`ethereal-kafka replay APP --from ...`).
+
+A replay is planned (`plan_replay`: one `PartitionReset` per input partition, nothing changed), shown, confirmed,
+then applied (`apply_replay`) while the caller holds the app's run lock exclusively (`apps.exclusive_run_lock`)
+and has checked the owner claim (`check_stopped`). Applying does, in this order:
+
+1. move the checkpoint root aside (`<root>` → `<root>.before-replay-<UTC time>`: one atomic rename that takes every
+   query's Spark checkpoint and the sources' pinned initial offsets with it; nothing is deleted);
+2. write the *replay intent* `<root>/ethereal-replay.json`: the new start positions per source;
+3. commit the new positions to each source's consumer group with a `ReplayMarker` as metadata, replacing the epoch
+   markers of the old checkpoint on every input partition;
+4. delete the progress groups of the app's shuffling queries (their markers name the old checkpoint).
+
+How the next run learns about it: the runner reads the intent (`take_replay_intent`) while the checkpoint is fresh,
+starts each source from its positions, and tells the coordinator it is replaying, so a stateful job starts instead of
+refusing for its lost state. Once the new checkpoint has logged an epoch, the runner renames the intent to
+`ethereal-replay.applied.json`: a later, unrelated checkpoint loss is then refused as usual. The order above keeps a
+replay that dies half-way safe: if the group offsets were not reset yet, the intent still governs the next run; if
+the intent was not written, a stateless job resumes from the (old) group offsets and a stateful one refuses.
+Markers of the old checkpoint could never make the new one skip output anyway (see `markers`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from ethereal_kafka.checkpoint.apps import RunRecord, local_path
+from ethereal_kafka.checkpoint.clients import group_consumer
+from ethereal_kafka.checkpoint.errors import AppRunningError, RecoveryError, ReplayError
+from ethereal_kafka.checkpoint.group_offsets import CommittedOffset, progress_queries, source_offsets
+from ethereal_kafka.checkpoint.markers import ReplayMarker
+from ethereal_kafka.checkpoint.plan import progress_topic
+from ethereal_kafka.config.connectors import KafkaSourceConfig
+from ethereal_kafka.connectors.kafka.clients import admin_client, with_retries
+from ethereal_kafka.connectors.kafka.positions import PositionResolver
+
+log = logging.getLogger(__name__)
+
+INTENT_FILE = "ethereal-replay.json"
+APPLIED_FILE = "ethereal-replay.applied.json"
+_ITEM = re.compile(r"^([A-Za-z0-9._-]+):(\d+):(\d+)$")
+
+
+@dataclass(frozen=True)
+class ReplayStart:
+    """Where a replay starts: `earliest`, `timestamp:<ms>`, or explicit `topic:partition:offset,...`.
+
+    With explicit offsets, partitions not named keep their committed offset.
+    """
+
+    kind: str
+    timestamp_ms: int | None = None
+    offsets: tuple[tuple[str, int, int], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> ReplayStart:
+        """Parse a `--from` value.
+
+        Raises:
+            ReplayError: not one of the three forms, or an explicit list names a partition twice.
+        """
+        value = text.strip()
+        if value == "earliest":
+            return cls("earliest")
+        if value.startswith("timestamp:"):
+            stamp = value.removeprefix("timestamp:")
+            if not stamp.isdigit():
+                raise ReplayError(
+                    f"--from {text!r}: timestamp:<ms> needs epoch milliseconds, e.g. timestamp:1700000000000"
+                )
+            return cls("timestamp", timestamp_ms=int(stamp))
+        items = []
+        for part in value.split(","):
+            match = _ITEM.match(part.strip())
+            if match is None:
+                raise ReplayError(
+                    f"--from {text!r}: expected earliest, timestamp:<ms> or topic:partition:offset[,...] "
+                    f"(bad item {part.strip()!r})"
+                )
+            items.append((match[1], int(match[2]), int(match[3])))
+        named = [(t, p) for t, p, _ in items]
+        twice = sorted({f"{t}:{p}" for t, p in named if named.count((t, p)) > 1})
+        if twice:
+            raise ReplayError(f"--from {text!r}: partition(s) named twice: {', '.join(twice)}")
+        return cls("offsets", offsets=tuple(items))
+
+    def render(self) -> str:
+        """The `--from` text this start was parsed from (normalised)."""
+        if self.kind == "timestamp":
+            return f"timestamp:{self.timestamp_ms}"
+        if self.kind == "offsets":
+            return ",".join(f"{t}:{p}:{o}" for t, p, o in self.offsets)
+        return self.kind
+
+
+@dataclass(frozen=True)
+class PartitionReset:
+    """One input partition of a replay plan.
+
+    Attributes:
+        committed: The group's committed offset now (None: never committed).
+        new: Where the next run starts reading this partition.
+        end: The partition's end offset now (read_committed): the next run reads `end - new` records from here.
+    """
+
+    source: str
+    group: str
+    topic: str
+    partition: int
+    committed: int | None
+    new: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What a replay changes: per input partition of each source, the committed offset and the new start."""
+
+    app_id: str
+    start: ReplayStart
+    resets: tuple[PartitionReset, ...]
+
+    def starts(self) -> dict[str, str]:
+        """Per source name, its new positions as a `starting.offsets` value (`topic:partition:offset,...`)."""
+        out: dict[str, list[str]] = {}
+        for r in self.resets:
+            item = f"{r.topic}:{r.partition}:{r.new}"
+            if item not in out.setdefault(r.source, []):  # one source read by several queries: one entry each
+                out[r.source].append(item)
+        return {name: ",".join(items) for name, items in out.items()}
+
+
+def plan_replay(app_id: str, sources: Mapping[str, KafkaSourceConfig], start: ReplayStart) -> ReplayPlan:
+    """Compute the new start of every input partition of `sources` (configured as the job runs them); read-only.
+
+    `timestamp:<ms>` takes each partition's first offset with a timestamp >= ms (`offsets_for_times`), or its end
+    when there is none. Explicit offsets must lie within the partition's retained range `[earliest, end]`;
+    partitions they do not name keep their committed offset (or, without one, start per `group.offsets.reset`).
+
+    Raises:
+        ReplayError: an explicit offset names a partition no source reads, or lies outside its retained range.
+        KafkaConnectionError: the cluster did not answer after bounded retries.
+    """
+    given = {(t, p): o for t, p, o in start.offsets}
+    resets: list[PartitionReset] = []
+    for source in sources.values():
+        rows = source_offsets(source)
+        tps = [(r.topic, r.partition) for r in rows]
+        at: dict[tuple[str, int], int] = {}
+        if start.kind == "timestamp" and tps:
+            resolver = PositionResolver(dataclasses.replace(source, isolation_level="read_committed"))
+            try:
+                at = resolver.at_timestamp(tps, start.timestamp_ms or 0)
+            finally:
+                resolver.close()
+        for r in rows:
+            tp = (r.topic, r.partition)
+            if start.kind == "earliest":
+                new = r.earliest
+            elif start.kind == "timestamp":
+                new = at[tp]
+            elif tp in given:
+                new = given[tp]
+                if not r.earliest <= new <= r.end:
+                    raise ReplayError(
+                        f"offset {new} of {r.topic}:{r.partition} is outside the partition's retained range "
+                        f"[{r.earliest}, {r.end}]"
+                    )
+            elif r.committed.offset is not None:
+                new = r.committed.offset
+            else:
+                new = r.earliest if source.group_offsets_reset == "earliest" else r.end
+            resets.append(
+                PartitionReset(r.source, r.group, r.topic, r.partition, r.committed.offset, new, r.end)
+            )
+    known = {(r.topic, r.partition) for r in resets}
+    unknown = sorted(f"{t}:{p}" for t, p in set(given) - known)
+    if unknown:
+        raise ReplayError(
+            f"app {app_id} does not read partition(s) {', '.join(unknown)}; its sources read "
+            f"{', '.join(sorted({r.topic for r in resets})) or 'nothing'}"
+        )
+    return ReplayPlan(app_id, start, tuple(resets))
+
+
+def checkpoint_dir(checkpoint_root: str) -> Path:
+    """The checkpoint root as a local folder.
+
+    Raises:
+        ReplayError: the root is a URI of another file system (a replay renames it, which only works locally).
+    """
+    path = local_path(checkpoint_root)
+    if path is None:
+        raise ReplayError(
+            f"checkpoint.location={checkpoint_root} is not a local folder; replay moves the checkpoint aside and "
+            "supports local folders only (move it yourself and set `replay.from` in the job file instead)"
+        )
+    return path
+
+
+def check_stopped(app_id: str, record: RunRecord | None, claim: CommittedOffset | None, force: bool) -> None:
+    """Refuse when the app may be running on another host. Call while holding `exclusive_run_lock`.
+
+    The lock proves that no instance runs on this host. The owner claim (group `{app}.ethereal-owner`) names the
+    last instance that started anywhere; if this host's run record names that same instance, it ran here, so the
+    lock proves it stopped. A claim by an instance this host did not start cannot be checked from here.
+
+    Raises:
+        AppRunningError: the last claim belongs to an instance that did not start on this host, and not `force`.
+    """
+    if force or claim is None:
+        return
+    here = socket.gethostname()
+    if record is not None and record.instance_id == claim.metadata and record.host == here:
+        return
+    when = _utc(claim.offset or 0)
+    raise AppRunningError(
+        f"app {app_id} was last claimed by instance {claim.metadata} at {when}, which did not start on this host "
+        f"({here}), so this host cannot tell whether it still runs; make sure it is stopped and pass --force"
+    )
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What `apply_replay` changed.
+
+    Attributes:
+        moved_to: Where the old checkpoint root went (None when there was none to move).
+        intent: The replay intent the next run reads.
+        deleted_groups: Progress groups deleted.
+        warnings: Steps that did not fully succeed but leave the replay safe (one line each).
+    """
+
+    moved_to: Path | None
+    intent: Path
+    deleted_groups: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+
+def has_checkpoint(root: Path) -> bool:
+    """True when the checkpoint root holds anything but a replay intent: a replay then moves it aside."""
+    return root.is_dir() and any(child.name != INTENT_FILE for child in root.iterdir())
+
+
+def moved_aside_path(root: Path, now_ms: int) -> Path:
+    """`<root>.before-replay-<UTC yyyymmddThhmmssZ>`, beside the root (never inside it: the runner would take a
+    folder inside the root for a query's checkpoint)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now_ms / 1000))
+    candidate = root.with_name(f"{root.name}.before-replay-{stamp}")
+    n = 1
+    while candidate.exists():
+        n += 1
+        candidate = root.with_name(f"{root.name}.before-replay-{stamp}-{n}")
+    return candidate
+
+
+def apply_replay(
+    plan: ReplayPlan,
+    sources: Mapping[str, KafkaSourceConfig],
+    checkpoint_root: str,
+    bootstrap: str,
+    passthrough: Mapping[str, str],
+    now_ms: int | None = None,
+) -> ReplayOutcome:
+    """Apply `plan` (see the module docstring for the steps and their order). The caller holds the app's run lock
+    exclusively and has called `check_stopped`.
+
+    Args:
+        sources: The job's sources as it runs them (groups defaulted to the app id).
+        bootstrap, passthrough: The cluster holding the app's progress topic and groups (the sinks' cluster).
+
+    Raises:
+        ReplayError: the checkpoint root is not a local folder, or is a file.
+        KafkaConnectionError: committing the new offsets failed after bounded retries (the checkpoint is already
+            moved and the intent written: the next run still starts from the replay positions).
+    """
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    root = checkpoint_dir(checkpoint_root)
+    if root.exists() and not root.is_dir():
+        raise ReplayError(f"checkpoint.location {root} is a file, not a folder")
+    queries = progress_queries(plan.app_id, bootstrap, passthrough, str(root))
+    moved = None
+    if has_checkpoint(root):
+        moved = moved_aside_path(root, now)
+        os.rename(root, moved)
+    root.mkdir(parents=True, exist_ok=True)
+    intent = root / INTENT_FILE
+    body = {
+        "app_id": plan.app_id,
+        "from": plan.start.render(),
+        "created_ms": now,
+        "starts": plan.starts(),
+        "moved_checkpoint": str(moved) if moved else None,
+    }
+    partial = root / f"{INTENT_FILE}.partial"
+    partial.write_text(json.dumps(body, indent=2, sort_keys=True), encoding="utf-8")
+    os.replace(partial, intent)
+    marker = ReplayMarker(plan.app_id, now).render()
+    for source in sources.values():
+        mine = [
+            TopicPartition(r.topic, r.partition, r.new, marker)
+            for r in plan.resets
+            if r.source == source.name
+        ]
+        if mine:
+            consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
+            with_retries(
+                f"offset reset of group {source.group}",
+                source.bootstrap_servers,
+                lambda c=consumer, o=mine: c.commit(offsets=o, asynchronous=False),  # type: ignore[misc]
+            )
+    deleted, warnings = _delete_groups(
+        [f"{progress_topic(plan.app_id)}.{q}" for q in queries], bootstrap, passthrough
+    )
+    return ReplayOutcome(moved, intent, deleted, warnings)
+
+
+def _delete_groups(
+    groups: list[str], bootstrap: str, passthrough: Mapping[str, str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if not groups:
+        return (), ()
+    admin = admin_client(bootstrap, passthrough)
+    deleted, warnings = [], []
+    for group, future in admin.delete_consumer_groups(groups, request_timeout=30).items():
+        try:
+            future.result()
+            deleted.append(group)
+        except Exception as exc:  # the future raises KafkaException; anything else is reported the same way
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                continue
+            warnings.append(
+                f"progress group {group} was not deleted ({exc}); its markers name the old checkpoint and "
+                "never make the new one skip output"
+            )
+    return tuple(deleted), tuple(warnings)
+
+
+def take_replay_intent(checkpoint_root: str, app_id: str, fresh: bool) -> dict[str, str] | None:
+    """Called by the runner at start: the start positions a replay left for `app_id`, per source name, or None.
+
+    With a fresh checkpoint (no query has logged an epoch) the intent applies and stays in place, so a run that
+    crashes before its first epoch applies it again. Once the checkpoint has progress the intent is retired (renamed
+    to `ethereal-replay.applied.json`) and None is returned.
+
+    Raises:
+        RecoveryError: the intent file exists but cannot be read (a replay that did not finish writing it cannot
+            have happened: the file is written atomically), so the run stops rather than guess.
+    """
+    root = local_path(checkpoint_root)
+    path = root / INTENT_FILE if root is not None else None
+    if path is None or not path.is_file():
+        return None
+    if not fresh:
+        os.replace(path, path.with_name(APPLIED_FILE))
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        starts = {str(name): str(spec) for name, spec in raw["starts"].items()}
+        owner = raw["app_id"]
+    except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+        raise RecoveryError(
+            f"the replay intent {path} is unreadable ({exc}); run `ethereal-kafka replay` again"
+        ) from exc
+    if owner != app_id:
+        log.warning("ignoring replay intent %s: it was written for app %s, not %s", path, owner, app_id)
+        return None
+    log.info("app %s: replaying from %s (intent %s)", app_id, raw.get("from"), path)
+    return starts
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))

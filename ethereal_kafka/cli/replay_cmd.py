@@ -1,0 +1,190 @@
+"""`ethereal-kafka replay APP --from earliest|timestamp:<ms>|topic:partition:offset,...`: make an app reprocess.
+
+Without `--into`: resets the app's committed offsets, epoch markers and Spark checkpoint (moved aside, never
+deleted) so the next `ethereal-kafka run` reprocesses from the given position (see `checkpoint.replay`). It shows
+the plan (per partition: committed offset → new start), asks for confirmation unless `--yes`, and refuses while
+an instance of the app is running. `--dry-run` shows the plan and changes nothing.
+
+With `--into TOPIC`: runs the job's pipeline once over the range, into TOPIC, under a throwaway app id; the app's
+own state is untouched (see `runtime.replay_into`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from ethereal_kafka.checkpoint.apps import exclusive_run_lock, read_run_record
+from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
+from ethereal_kafka.checkpoint.group_offsets import owner_claim
+from ethereal_kafka.checkpoint.replay import (
+    ReplayOutcome,
+    ReplayPlan,
+    ReplayStart,
+    apply_replay,
+    check_stopped,
+    checkpoint_dir,
+    has_checkpoint,
+    moved_aside_path,
+    plan_replay,
+)
+from ethereal_kafka.cli.app_job import AppJob, add_app_arguments, format_table, resolve_app
+
+PLAN_COLUMNS = ("SOURCE", "GROUP", "TOPIC", "PARTITION", "COMMITTED", "NEW", "END", "TO READ")
+_NUMERIC = ("PARTITION", "COMMITTED", "NEW", "END", "TO READ")
+
+
+def register(sub: Any) -> None:
+    """Add the `replay` sub-command."""
+    parser = sub.add_parser(
+        "replay", help="reset an app to reprocess from a position, or replay a range into another topic"
+    )
+    add_app_arguments(parser)
+    parser.add_argument(
+        "--from",
+        dest="start",
+        required=True,
+        metavar="POSITION",
+        help="earliest | timestamp:<epoch ms> | topic:partition:offset,... (partitions not named keep their offset)",
+    )
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    parser.add_argument("--dry-run", action="store_true", help="print what would change and change nothing")
+    parser.add_argument(
+        "--into",
+        metavar="TOPIC",
+        help="replay the range once into TOPIC (the app's offsets, markers and checkpoint stay untouched)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="reset even though the app was last claimed by an instance that did not start on this host",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan, show, confirm and apply a replay (or run it into `--into`); see the module docstring.
+
+    Raises:
+        ReplayError: a bad `--from`, an offset out of range, no confirmation, or a bad `--into` topic.
+        AppRunningError: an instance of the app is (or may be) running.
+        AppNotFoundError, ConfigError, KafkaConnectionError: as the message says.
+    """
+    start = ReplayStart.parse(args.start)
+    app = resolve_app(args)
+    plan = plan_replay(app.app_id, app.sources, start)
+    print(render_plan(plan))
+    if args.into:
+        return _into(app, plan, args.into, args.dry_run)
+    root = checkpoint_dir(app.checkpoint_root)
+    if args.dry_run:
+        if has_checkpoint(root):
+            print(f"the Spark checkpoint {root} would be moved aside to {moved_aside_path(root, _now_ms())}")
+        else:
+            print(f"no Spark checkpoint at {root} to move aside")
+        running = _running(app, args.force)
+        if running:
+            print(f"note: a replay now would be refused: {running}")
+        print("dry run: nothing changed")
+        return 0
+    with exclusive_run_lock(app.app_id):
+        _check_claim(app, args.force)
+    _confirm(app.app_id, args.yes)
+    with exclusive_run_lock(app.app_id):  # held while anything changes: no instance can start meanwhile
+        _check_claim(app, args.force)
+        # Planned again under the lock; only the committed offsets must not have moved since the plan was shown
+        # (end offsets grow with new input, and that changes nothing the user confirmed).
+        current = plan_replay(app.app_id, app.sources, start)
+        if _committed(current) != _committed(plan):
+            raise ReplayError(
+                f"app {app.app_id}: its committed offsets moved since the plan was shown; run it again"
+            )
+        sink = app.sink
+        outcome = apply_replay(
+            current, app.sources, app.checkpoint_root, sink.bootstrap_servers, sink.passthrough
+        )
+    print(render_outcome(app.app_id, outcome))
+    return 0
+
+
+def _committed(plan: ReplayPlan) -> list[tuple[str, int, int | None]]:
+    return [(r.topic, r.partition, r.committed) for r in plan.resets]
+
+
+def render_plan(plan: ReplayPlan) -> str:
+    """The plan as a table: per partition, the committed offset, the new start, the end, and how many to read."""
+    rows = [
+        (r.source, r.group, r.topic, r.partition, r.committed, r.new, r.end, max(0, r.end - r.new))
+        for r in plan.resets
+    ]
+    return f"replay of app {plan.app_id} from {plan.start.render()}:\n" + format_table(
+        PLAN_COLUMNS, rows, _NUMERIC
+    )
+
+
+def render_outcome(app_id: str, outcome: ReplayOutcome) -> str:
+    """What was changed, one line each."""
+    lines = ["committed the new offsets (with a replay marker) to the app's consumer group(s)"]
+    if outcome.moved_to is not None:
+        lines.append(
+            f"moved the old Spark checkpoint aside to {outcome.moved_to} (delete it when no longer needed)"
+        )
+    if outcome.deleted_groups:
+        lines.append(f"deleted progress group(s) {', '.join(outcome.deleted_groups)}")
+    lines += [f"warning: {w}" for w in outcome.warnings]
+    lines.append(
+        f"the next `ethereal-kafka run` of {app_id} starts from these positions (intent {outcome.intent})"
+    )
+    return "\n".join(lines)
+
+
+def _running(app: AppJob, force: bool) -> str | None:
+    """Why a replay would be refused now (None: it would not be); holds the lock only for the look."""
+    try:
+        with exclusive_run_lock(app.app_id):
+            _check_claim(app, force)
+    except AppRunningError as exc:
+        return str(exc)
+    return None
+
+
+def _check_claim(app: AppJob, force: bool) -> None:
+    """`check_stopped` against the app's owner claim; the caller holds the run lock exclusively."""
+    sink = app.sink
+    claim = owner_claim(app.app_id, sink.bootstrap_servers, sink.passthrough)
+    check_stopped(app.app_id, read_run_record(app.app_id), claim, force)
+
+
+def _confirm(app_id: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise ReplayError(
+            "replay resets the app's offsets and checkpoint: pass --yes to confirm (no terminal to ask)"
+        )
+    answer = input(f"Reset app {app_id} to these positions? [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise ReplayError("replay cancelled; nothing changed")
+
+
+def _into(app: AppJob, plan: ReplayPlan, topic: str, dry_run: bool) -> int:
+    if dry_run:
+        print(f"dry run: would replay these ranges into {topic}; nothing changed")
+        return 0
+    from ethereal_kafka.runtime.replay_into import replay_into
+
+    outcome = replay_into(app.loaded, plan.starts(), topic)
+    records = "?" if outcome.records < 0 else str(outcome.records)
+    print(
+        f"replayed into {topic}: {records} record(s) in {outcome.epochs} epoch(s) under app id "
+        f"{outcome.replay_app_id}; app {app.app_id}'s offsets, markers and checkpoint are untouched"
+    )
+    for leftover in outcome.leftovers:
+        print(f"warning: {leftover}")
+    return 0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,153 @@
+"""`ethereal-kafka replay APP --from ... --into TOPIC`: run a job's pipeline once over a range of its input, into
+another topic, without touching the app.
+
+The pipeline runs under a throwaway app id `{app}.replay-<UTC time>` (its own transactional ids, consumer group,
+progress topic and owner claim) with a temporary Spark checkpoint, from the replay positions up to the end offsets
+at start (`availableNow`), writing every sink's rows to TOPIC with the job's delivery guarantee. The app's own
+group, markers, checkpoint and sink topics are never written. Afterwards the temporary checkpoint, the throwaway
+app's local state, progress topic and groups are removed (best effort: a leftover is named in the outcome).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ethereal_kafka.checkpoint.apps import app_dir, release_run_lock
+from ethereal_kafka.checkpoint.errors import ReplayError
+from ethereal_kafka.checkpoint.group_offsets import progress_queries
+from ethereal_kafka.checkpoint.history import HistoryError, HistoryLog
+from ethereal_kafka.checkpoint.plan import progress_topic
+from ethereal_kafka.checkpoint.txn_task import owner_group
+from ethereal_kafka.config.job import LoadedJob
+from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata
+from ethereal_kafka.errors import EtherealKafkaError
+
+
+@dataclass(frozen=True)
+class IntoOutcome:
+    """What a replay into a topic did.
+
+    Attributes:
+        replay_app_id: The throwaway app id it ran under.
+        records: Records committed to the topic (from the run's epoch history; -1 when unknown).
+        epochs: Epochs committed.
+        leftovers: Clean-up steps that failed (one line each); the replay's output is complete regardless.
+    """
+
+    replay_app_id: str
+    topic: str
+    records: int
+    epochs: int
+    leftovers: tuple[str, ...]
+
+
+def into_job(
+    loaded: LoadedJob, starts: Mapping[str, str], topic: str, replay_app_id: str, root: Path
+) -> LoadedJob:
+    """`loaded` rewritten for a replay into `topic`: new app id and checkpoint, every source in the throwaway
+    app's group starting at `starts[name]`, every sink writing `topic`; `replay.from` dropped.
+
+    Raises:
+        ReplayError: `topic` is one of the job's input or output topics (a loop, or duplicates in its output).
+    """
+    reads = any(
+        topic in s.topics or (s.topic_pattern is not None and re.fullmatch(s.topic_pattern, topic))
+        for s in loaded.sources.values()
+    )
+    writes = any(s.topic == topic for s in loaded.sinks.values())
+    if reads or writes:
+        role = "input" if reads else "output"
+        raise ReplayError(
+            f"--into {topic}: that is an {role} topic of app {loaded.job.app_id}; name another topic"
+        )
+    job = dataclasses.replace(
+        loaded.job, app_id=replay_app_id, checkpoint_location=str(root), replay_from=None
+    )
+    sources = {
+        name: dataclasses.replace(conf, group_id=replay_app_id, starting_offsets=starts[name])
+        for name, conf in loaded.sources.items()
+    }
+    sinks = {name: dataclasses.replace(conf, topic=topic) for name, conf in loaded.sinks.items()}
+    return LoadedJob(loaded.path, job, sources, sinks, loaded.tables)
+
+
+def replay_into(loaded: LoadedJob, starts: Mapping[str, str], topic: str) -> IntoOutcome:
+    """Run `loaded`'s pipeline over `[starts, end now)` into `topic` and return when it is all committed.
+
+    Args:
+        loaded: The job as its file defines it.
+        starts: Per source name, the start positions (`ReplayPlan.starts()`).
+        topic: The target topic; it must exist (its partition count decides the output partitioning).
+
+    Raises:
+        ReplayError: `topic` does not exist, or is one of the job's own topics.
+        EtherealKafkaError: whatever a run of the job raises (configuration, Kafka, Spark).
+    """
+    from ethereal_kafka.runtime.runner import start
+    from ethereal_kafka.runtime.spark import local_session
+
+    sink = next(iter(loaded.sinks.values()))
+    admin = admin_client(sink.bootstrap_servers, sink.passthrough)
+    if topic not in cluster_metadata(admin, sink.bootstrap_servers).topics:
+        raise ReplayError(f"--into {topic}: no such topic on {sink.bootstrap_servers}; create it first")
+    replay_app = f"{loaded.job.app_id}.replay-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    with tempfile.TemporaryDirectory(prefix="ethereal-kafka-replay-") as tmp:
+        job = into_job(loaded, starts, topic, replay_app, Path(tmp) / "checkpoint")
+        spark = local_session(
+            f"ethereal-kafka-{replay_app}",
+            master=job.job.spark_master,
+            conf={
+                **{f"spark.{k}": v for k, v in job.job.passthrough.items()},
+                "spark.sql.shuffle.partitions": str(job.job.sink_tasks),
+            },
+        )
+        try:
+            running, _ = start(spark, job, available_now=True)
+            running.await_termination()
+        finally:
+            spark.stop()
+            release_run_lock(replay_app)
+    records, epochs = _committed(replay_app)
+    return IntoOutcome(replay_app, topic, records, epochs, _clean_up(job))
+
+
+def _committed(app_id: str) -> tuple[int, int]:
+    try:
+        done = [r for r in HistoryLog(app_id).records() if r.outcome == "committed"]
+    except HistoryError:
+        return -1, 0
+    return sum(r.records_out for r in done), len(done)
+
+
+def _clean_up(job: LoadedJob) -> tuple[str, ...]:
+    """Remove what the throwaway app left; returns one line per failure (never raises: the output is complete)."""
+    app_id = job.job.app_id
+    sink = next(iter(job.sinks.values()))
+    admin = admin_client(sink.bootstrap_servers, sink.passthrough)
+    leftovers: list[str] = []
+    topic = progress_topic(app_id)
+    try:
+        queries = progress_queries(app_id, sink.bootstrap_servers, sink.passthrough)
+    except EtherealKafkaError as exc:
+        queries = []
+        leftovers.append(f"progress groups {topic}.* not listed, so not deleted: {exc}")
+    groups = [app_id, owner_group(app_id), *(f"{topic}.{q}" for q in queries)]
+    for what, futures in (
+        ("topic", admin.delete_topics([topic], operation_timeout=30)),
+        ("group", admin.delete_consumer_groups(groups, request_timeout=30)),
+    ):
+        for name, future in futures.items():
+            try:
+                future.result()
+            except Exception as exc:  # KafkaException: a group never created, or the broker refused
+                if "NOT_FOUND" not in str(exc) and "UNKNOWN" not in str(exc):
+                    leftovers.append(f"{what} {name} not deleted: {exc}")
+    shutil.rmtree(app_dir(app_id), ignore_errors=True)
+    return tuple(leftovers)

@@ -1,0 +1,164 @@
+"""Exactly-once on a real Spark standalone cluster (a master and two workers on 127.0.0.1, from the pip pyspark
+distribution): the job's work runs in executor processes, not in the driver, and the output is still exact.
+
+Both deployment paths are covered: `spark-submit` with the documented entry script (master and settings from
+spark-submit), and `ethereal-kafka run` with `spark.master=spark://...` in the job file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ethereal_kafka.examples import eos
+from ethereal_kafka.testing.cluster import KafkaCluster
+from ethereal_kafka.testing.plugin import TopicFactory
+from ethereal_kafka.testing.spark_cluster import StandaloneSparkCluster, alive_workers, daemon_pids
+from tests.integration.eos_helpers import JobFiles, feed, output, write_job
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneSparkCluster]:
+    """A master and two 1-core/1 GiB workers for this module; torn down (SIGTERM, then SIGKILL, per process group)
+    with a check that no JVM or Python worker of it is left."""
+    state = tmp_path_factory.mktemp("spark-standalone")
+    cluster = StandaloneSparkCluster(state, workers=2, cores=1, memory="1g")
+    began = time.monotonic()
+    try:
+        cluster.start()
+        print(f"\n[cluster] master {cluster.master_url} and 2 workers up in {time.monotonic() - began:.1f}s")
+        yield cluster
+    finally:
+        cluster.stop()
+        assert cluster.leftover_pids() == [], "a process of the cluster (executor, Python worker) survived"
+        assert daemon_pids(state) == [], "a master or worker JVM survived"
+        print(f"[cluster] stopped, nothing left running; cluster lifetime {time.monotonic() - began:.1f}s")
+
+
+def _job(
+    tmp_path: Path, bs: str, topics: TopicFactory, extra: str = ""
+) -> tuple[JobFiles, list[tuple[bytes, bytes]]]:
+    src, dst = topics(partitions=2), topics(partitions=2)
+    inputs = eos.events(1500)
+    feed(bs, src, inputs, 2)
+    # A keyed running aggregate: shuffle, state store and one transaction per sink task, all on executors.
+    files = write_job(
+        tmp_path,
+        bs,
+        src,
+        dst,
+        "ethereal_kafka.examples.eos:running_total",
+        max_records=500,
+        extra_job=f"spark.ui.enabled=false\n{extra}",
+    )
+    return files, inputs
+
+
+def _check_exact(bs: str, files: JobFiles, inputs: list[tuple[bytes, bytes]]) -> str:
+    updates = [json.loads(r.value or b"") for r in output(bs, files.sink_topic)]
+    reference = eos.running_total_reference(inputs)
+    seen = Counter((u["key"], u["count"]) for u in updates)
+    duplicates = sum(n - 1 for n in seen.values() if n > 1)
+    wrong = [u for u in updates if reference[u["key"]][u["count"] - 1] != u["total"]]
+    finals = {k: max(c for (key, c) in seen if key == k) for k, _ in seen}
+    lost = sum(1 for k, totals in reference.items() if finals.get(k) != len(totals))
+    assert updates and (duplicates, lost, wrong) == (0, 0, [])
+    return f"records={len(updates)} duplicates={duplicates} lost={lost}"
+
+
+def _ran_on_executors(cluster: StandaloneSparkCluster, app_name: str) -> int:
+    """Tasks the app's executors ran (from their logs in the workers' work folders); asserts the app used both."""
+    state = cluster.state() or {}
+    apps = [
+        a for a in state.get("completedapps", []) + state.get("activeapps", []) if a.get("name") == app_name
+    ]
+    assert apps, f"application {app_name} never registered with the master"
+    app_id = apps[-1]["id"]
+    tasks_per_worker = []
+    for worker in sorted(p for p in cluster.state_dir.glob("worker-*") if p.is_dir()):
+        logs = list(worker.glob(f"{app_id}/*/stderr"))
+        tasks_per_worker.append(sum(log.read_text(errors="replace").count("Running task") for log in logs))
+    assert len(tasks_per_worker) == 2 and all(n > 0 for n in tasks_per_worker), tasks_per_worker
+    return sum(tasks_per_worker)
+
+
+def test_spark_submit_runs_the_exactly_once_job_on_the_cluster(
+    spark_cluster: StandaloneSparkCluster,
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+) -> None:
+    bs = kafka_cluster.bootstrap
+    assert len(alive_workers(spark_cluster.state() or {})) == 2
+    files, inputs = _job(tmp_path, bs, topic_factory)
+    entry = subprocess.run(
+        [sys.executable, "-m", "ethereal_kafka.deploy"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    began = time.monotonic()
+    # The documented command: spark-submit --master spark://HOST:PORT <entry script> run job.properties
+    result = subprocess.run(
+        [
+            *spark_cluster.submit_command(),
+            entry,
+            "run",
+            str(files.job),
+            "--available-now",
+            "--log-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=spark_cluster.env(),
+        timeout=600,
+        check=False,
+    )
+    took = time.monotonic() - began
+    assert result.returncode == 0, result.stderr[-4000:]
+    # spark-submit merges the Python driver's stderr into its own standard output.
+    assert "stopped: input consumed" in result.stdout
+    tasks = _ran_on_executors(spark_cluster, f"ethereal-kafka-{files.app_id}")
+    print(f"[spark-submit] {_check_exact(bs, files, inputs)}; {tasks} executor tasks; job {took:.1f}s")
+
+
+def test_job_file_master_runs_the_exactly_once_job_on_the_cluster(
+    spark_cluster: StandaloneSparkCluster,
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+) -> None:
+    bs = kafka_cluster.bootstrap
+    files, inputs = _job(tmp_path, bs, topic_factory, extra=f"spark.master={spark_cluster.master_url}\n")
+    began = time.monotonic()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ethereal_kafka.cli",
+            "run",
+            str(files.job),
+            "--available-now",
+            "--log-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=spark_cluster.env(),
+        timeout=600,
+        check=False,
+    )
+    took = time.monotonic() - began
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert f"starting on {spark_cluster.master_url}" in result.stderr
+    tasks = _ran_on_executors(spark_cluster, f"ethereal-kafka-{files.app_id}")
+    print(
+        f"[run spark.master=...] {_check_exact(bs, files, inputs)}; {tasks} executor tasks; job {took:.1f}s"
+    )

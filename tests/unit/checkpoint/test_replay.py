@@ -1,0 +1,163 @@
+"""Replay planning pieces that need no broker: `--from` parsing, markers, the intent file, the running check."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from ethereal_kafka.checkpoint.apps import RunRecord
+from ethereal_kafka.checkpoint.errors import AppRunningError, RecoveryError, ReplayError
+from ethereal_kafka.checkpoint.group_offsets import CommittedOffset
+from ethereal_kafka.checkpoint.markers import EpochMarker, ReplayMarker
+from ethereal_kafka.checkpoint.replay import (
+    APPLIED_FILE,
+    INTENT_FILE,
+    PartitionReset,
+    ReplayPlan,
+    ReplayStart,
+    check_stopped,
+    checkpoint_dir,
+    has_checkpoint,
+    moved_aside_path,
+    take_replay_intent,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("earliest", ReplayStart("earliest")),
+        (" earliest ", ReplayStart("earliest")),
+        ("timestamp:1700000000000", ReplayStart("timestamp", timestamp_ms=1_700_000_000_000)),
+        ("orders:0:42", ReplayStart("offsets", offsets=(("orders", 0, 42),))),
+        (
+            "orders.v2:0:42, orders.v2:1:0,pay_ments-x:3:7",
+            ReplayStart(
+                "offsets", offsets=(("orders.v2", 0, 42), ("orders.v2", 1, 0), ("pay_ments-x", 3, 7))
+            ),
+        ),
+    ],
+)
+def test_from_forms_parse(text: str, expected: ReplayStart) -> None:
+    parsed = ReplayStart.parse(text)
+    assert parsed == expected
+    assert ReplayStart.parse(parsed.render()) == parsed
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("latest", "expected earliest, timestamp:<ms> or topic:partition:offset"),
+        ("timestamp:", "timestamp:<ms> needs epoch milliseconds"),
+        ("timestamp:-5", "timestamp:<ms> needs epoch milliseconds"),
+        ("timestamp:1.5", "timestamp:<ms> needs epoch milliseconds"),
+        ("orders:0", "bad item 'orders:0'"),
+        ("orders:0:-1", "bad item 'orders:0:-1'"),
+        ("orders:x:1", "bad item 'orders:x:1'"),
+        ("orders:0:1,", "bad item ''"),
+        ("orders:0:1,orders:0:2", "named twice: orders:0"),
+    ],
+)
+def test_bad_from_is_a_replay_error(text: str, message: str) -> None:
+    with pytest.raises(ReplayError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ReplayStart.parse(text)
+
+
+def test_replay_marker_round_trips_and_is_never_an_epoch_marker() -> None:
+    marker = ReplayMarker("shop.orders-v1", 1_700_000_000_123)
+    text = marker.render()
+    assert ReplayMarker.parse(text) == marker
+    assert EpochMarker.parse(text) is None, (
+        "a replay marker must make no task skip and no recovery check refuse"
+    )
+    assert ReplayMarker.parse(EpochMarker("shop", "ckpt", 3).render()) is None
+    for foreign in (None, "", "replay@12", ":replay@12", "shop:replay@", "shop:replay@1x"):
+        assert ReplayMarker.parse(foreign) is None
+
+
+def test_plan_starts_group_positions_per_source() -> None:
+    plan = ReplayPlan(
+        "shop",
+        ReplayStart("earliest"),
+        (
+            PartitionReset("orders", "shop", "o", 0, 10, 0, 10),
+            PartitionReset("payments", "shop", "p", 0, None, 3, 5),
+            PartitionReset("orders", "shop", "o", 1, 12, 2, 20),
+        ),
+    )
+    assert plan.starts() == {"orders": "o:0:0,o:1:2", "payments": "p:0:3"}
+
+
+def test_moved_aside_path_is_a_sibling_and_never_reused(tmp_path: Path) -> None:
+    root = tmp_path / "checkpoint"
+    first = moved_aside_path(root, 1_700_000_000_000)
+    assert first == tmp_path / "checkpoint.before-replay-20231114T221320Z"
+    first.mkdir()
+    assert (
+        moved_aside_path(root, 1_700_000_000_000) == tmp_path / "checkpoint.before-replay-20231114T221320Z-2"
+    )
+
+
+def test_checkpoint_dir_accepts_local_paths_only() -> None:
+    assert checkpoint_dir("/data/ckpt") == Path("/data/ckpt")
+    assert checkpoint_dir("file:///data/ckpt") == Path("/data/ckpt")
+    with pytest.raises(ReplayError, match="not a local folder"):
+        checkpoint_dir("s3a://bucket/ckpt")
+
+
+def _intent(root: Path, app: str = "shop", starts: object = None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / INTENT_FILE
+    path.write_text(
+        json.dumps({"app_id": app, "from": "earliest", "starts": starts or {"orders": "o:0:5,o:1:0"}})
+    )
+    return path
+
+
+def test_intent_applies_while_the_checkpoint_is_fresh_and_is_retired_after(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    path = _intent(root)
+    for _ in range(2):  # a run that crashes before its first epoch applies it again
+        assert take_replay_intent(str(root), "shop", fresh=True) == {"orders": "o:0:5,o:1:0"}
+        assert path.exists()
+    assert take_replay_intent(str(root), "shop", fresh=False) is None
+    assert not path.exists() and (root / APPLIED_FILE).exists()
+    assert take_replay_intent(str(root), "shop", fresh=True) is None, "a retired intent never applies again"
+
+
+def test_intent_of_another_app_or_missing_is_ignored_and_a_broken_one_refuses(tmp_path: Path) -> None:
+    assert take_replay_intent(str(tmp_path / "none"), "shop", fresh=True) is None
+    assert take_replay_intent("hdfs://nn/ckpt", "shop", fresh=True) is None
+    _intent(tmp_path / "other", app="billing")
+    assert take_replay_intent(str(tmp_path / "other"), "shop", fresh=True) is None
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / INTENT_FILE).write_text("{not json")
+    with pytest.raises(RecoveryError, match="unreadable"):
+        take_replay_intent(str(broken), "shop", fresh=True)
+
+
+def _record(instance: str, host: str | None = None) -> RunRecord:
+    return RunRecord("shop", "/jobs/shop.properties", "/ckpt", instance, host or socket.gethostname(), 1, 0)
+
+
+def test_check_stopped_trusts_only_claims_of_instances_started_here() -> None:
+    claim = CommittedOffset("shop.ethereal-progress", 0, 1_700_000_000_000, "abc123")
+    check_stopped("shop", None, None, force=False)  # never claimed
+    check_stopped("shop", _record("abc123"), claim, force=False)  # started here; the lock proved it stopped
+    for record in (None, _record("other"), _record("abc123", host="elsewhere")):
+        with pytest.raises(AppRunningError, match=r"did not start on this host.*--force"):
+            check_stopped("shop", record, claim, force=False)
+        check_stopped("shop", record, claim, force=True)
+
+
+def test_only_a_root_with_more_than_an_intent_is_moved(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    assert not has_checkpoint(root)
+    _intent(root)
+    assert not has_checkpoint(root), "a second replay before any run rewrites the intent in place"
+    (root / "out").mkdir()
+    assert has_checkpoint(root)

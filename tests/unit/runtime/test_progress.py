@@ -1,0 +1,105 @@
+"""The console progress line: what it says, how often, and in place on a terminal."""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import replace
+
+from ethereal_kafka.config.job import JobConfig
+from ethereal_kafka.runtime.metrics import Snapshot
+from ethereal_kafka.runtime.progress import ProgressLine, render
+
+START = Snapshot(
+    at=100.0,
+    records_in=1000,
+    records_out=900,
+    dead_lettered=0,
+    lag=None,
+    last_epoch=None,
+    last_epoch_ms=None,
+    failed_epochs=0,
+)
+
+
+def job(**settings: str) -> JobConfig:
+    base = {
+        "app.id": "orders",
+        "sources": "s",
+        "sinks": "k",
+        "pipeline": "m:f",
+        "checkpoint.location": "/tmp/x",
+    }
+    return JobConfig.from_properties({**base, **settings})
+
+
+def test_render_rates_lag_epoch_and_dead_letters() -> None:
+    later = replace(
+        START, at=110.0, records_in=11_200, records_out=10_900, lag=1204, last_epoch=57, last_epoch_ms=312
+    )
+    assert render("orders", later, START) == (
+        "orders | in 1,020 rec/s | out 1,000 rec/s | lag 1,204 | epoch 57 in 312 ms"
+    )
+    worse = replace(later, dead_lettered=3, failed_epochs=1)
+    assert render("orders", worse, START).endswith("| 3 dead-lettered | 1 failed epochs")
+
+
+def test_render_before_any_epoch_or_rate() -> None:
+    assert render("orders", START, None) == (
+        "orders | in 1,000 total | out 900 total | lag ? | no epoch committed yet"
+    )
+
+
+class Snapshots:
+    """Snapshots 1 s apart, 100 records more each time."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> Snapshot:
+        self.count += 1
+        return replace(START, at=100.0 + self.count, records_in=100 * self.count)
+
+
+def test_rates_are_over_the_window() -> None:
+    line = ProgressLine("orders", Snapshots(), io.StringIO(), in_place=True, interval_s=30)
+    texts = [line.line() for _ in range(15)]
+    assert texts[0].startswith("orders | in 100 total")
+    assert all(" | in 100 rec/s" in t for t in texts[1:])
+    assert len(line._history) <= 12  # a 10 s window of 1 s snapshots, plus its starting point
+
+
+def test_log_mode_prints_one_line_per_interval() -> None:
+    out = io.StringIO()
+    line = ProgressLine("orders", Snapshots(), out, in_place=False, interval_s=0.05)
+    line.start()
+    time.sleep(0.3)
+    line.stop()
+    lines = out.getvalue().splitlines()
+    assert 2 <= len(lines) <= 8
+    assert all(text.startswith("orders | in ") for text in lines)
+    assert "\r" not in out.getvalue()
+
+
+def test_tty_mode_rewrites_one_line_and_ends_it_on_stop() -> None:
+    out = io.StringIO()
+    line = ProgressLine("orders", Snapshots(), out, in_place=True, interval_s=30)
+    line.interval_s = 0.05
+    line.start()
+    time.sleep(0.3)
+    line.stop()
+    text = out.getvalue()
+    assert text.startswith("\rorders | in ") and text.endswith("\x1b[K\n")
+    assert text.count("\n") == 1
+
+
+def test_for_job_follows_the_settings() -> None:
+    assert ProgressLine.for_job(job(progress="off"), Snapshots()) is None
+    auto = ProgressLine.for_job(job(), Snapshots(), io.StringIO())  # not a terminal
+    assert auto is not None and not auto.in_place and auto.interval_s == 10.0
+    tty = ProgressLine.for_job(job(progress="tty"), Snapshots(), io.StringIO())
+    assert tty is not None and tty.in_place and tty.interval_s == 1.0
+    logged = ProgressLine.for_job(
+        job(progress="log", **{"progress.interval.ms": "2500"}), Snapshots(), io.StringIO()
+    )
+    assert logged is not None and logged.interval_s == 2.5
