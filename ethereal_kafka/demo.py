@@ -105,7 +105,7 @@ def pipeline(env: StreamExecutionEnvironment) -> None:
 
 def run_demo(connectors: Path, records: int) -> None:
     """Run the whole demo (see module docstring); raises on any failure so `make demo` exits non-zero."""
-    from ethereal_kafka.runtime.runner import start
+    from ethereal_kafka.runtime.runner import start, stop_session
     from ethereal_kafka.runtime.spark import local_session
 
     state = Path(tempfile.mkdtemp(prefix="ethereal-kafka-demo-"))
@@ -130,7 +130,7 @@ def run_demo(connectors: Path, records: int) -> None:
         orders = demo_orders(records)
         produce(status.bootstrap, source.topics[0], orders)
         print(f"[demo] fed {len(orders)} orders into {source.topics[0]}")
-        _run_job(local_session, start, loaded, state)
+        _run_job(local_session, start, stop_session, loaded, state)
         large_topic = str(loaded.sinks["large-orders"].topic)
         revenue_topic = str(loaded.sinks["revenue"].topic)
         _check_large(status.bootstrap, large_topic, expected_large(orders))
@@ -140,7 +140,7 @@ def run_demo(connectors: Path, records: int) -> None:
         print("[demo] broker stopped")
 
 
-def _run_job(local_session: Any, start: Any, loaded: Any, state: Path) -> None:
+def _run_job(local_session: Any, start: Any, stop_session: Any, loaded: Any, state: Path) -> None:
     spark = local_session("ethereal-kafka-demo", conf={"spark.sql.warehouse.dir": str(state / "warehouse")})
     try:
         began = time.monotonic()
@@ -158,7 +158,7 @@ def _run_job(local_session: Any, start: Any, loaded: Any, state: Path) -> None:
                     f"{entry.records_out}, {entry.tasks} task transaction(s), {entry.duration_ms} ms"
                 )
     finally:
-        spark.stop()
+        stop_session(spark)
 
 
 def _check_large(bootstrap: str, topic: str, expected: list[dict[str, object]]) -> None:

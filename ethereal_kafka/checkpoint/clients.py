@@ -7,6 +7,7 @@ is rebuilt by the task. Rebuilding is the bounded price of not pinning tasks.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping
 
@@ -52,6 +53,17 @@ def drop_transactional_producer(transactional_id: str) -> None:
     """Forget the cached producer of `transactional_id` (fenced or fatal); the next use builds a new one."""
     with _LOCK:
         _PRODUCERS.pop(transactional_id, None)
+
+
+def close_cached_clients() -> None:
+    """Close this process's cached consumers and drop its producers (end of a run: nothing stays connected)."""
+    with _LOCK:
+        consumers = list(_CONSUMERS.values())
+        _CONSUMERS.clear()
+        _PRODUCERS.clear()
+    for consumer in consumers:
+        with contextlib.suppress(KafkaException, RuntimeError):
+            consumer.close()
 
 
 def group_consumer(bootstrap: str, group: str, passthrough: Mapping[str, str]) -> Consumer:

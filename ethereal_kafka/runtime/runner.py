@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ethereal_kafka.checkpoint.apps import hold_run_lock, record_run
+from ethereal_kafka.checkpoint.clients import close_cached_clients
 from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, QuerySinks
 from ethereal_kafka.checkpoint.history import HistoryLog
 from ethereal_kafka.checkpoint.replay import take_replay_intent
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
+from ethereal_kafka.connectors.kafka.clients import close_cached_consumers
 from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.runtime.errors import JobFailedError
 from ethereal_kafka.runtime.failure import root_cause
@@ -216,18 +218,22 @@ def run(
             raise JobFailedError(f"job {job.app_id} failed: {root_cause(exc)}{hint}") from exc
         finally:
             metrics.close()
-            _stop_spark(spark)
+            stop_session(spark)
     finally:
         lifecycle.restore_signal_handlers()
     log.info("%s", report.line())
     return 0
 
 
-def _stop_spark(spark: SparkSession) -> None:
+def stop_session(spark: SparkSession) -> None:
+    """Stop Spark, then close the Kafka clients this process cached (no consumer keeps polling a broker that is
+    going away). Never raises: the job's outcome is already decided."""
     try:
         spark.stop()
-    except Exception:  # the job's outcome is already decided; a failing stop must not hide it
+    except Exception:
         log.warning("stopping Spark failed", exc_info=True)
+    close_cached_clients()
+    close_cached_consumers()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -79,6 +79,16 @@ def drop_consumer(conf: Mapping[str, str]) -> None:
             consumer.close()
 
 
+def close_cached_consumers() -> None:
+    """Close every consumer this process cached (end of a run: nothing stays connected)."""
+    with _LOCK:
+        consumers = list(_CONSUMERS.values())
+        _CONSUMERS.clear()
+    for consumer in consumers:
+        with contextlib.suppress(KafkaException, RuntimeError):
+            consumer.close()
+
+
 def with_retries(
     what: str,
     bootstrap: str,
