@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
@@ -26,6 +27,27 @@ from ethereal_kafka.testing.kafka_io import create_topic
 from tests.integration.eos_helpers import feed, output, write_job
 
 
+def kill_points(log: Path) -> dict[str, int]:
+    """Classify the harness's runs from its log: killed during start-up (before the queries ran), killed while
+    the queries ran, and runs that ended by themselves (input consumed); `kills_before_input_consumed` counts the
+    kills before the first run that ended by itself (the later ones hit restarts of a drained job)."""
+    runs = re.findall(r"=== run \d+ \(kills so far (\d+)\) ===\n(.*?)(?==== run |\Z)", log.read_text(), re.S)
+    counts = {
+        "killed_in_startup": 0,
+        "killed_while_running": 0,
+        "ended_by_themselves": 0,
+        "kills_before_input_consumed": 0,
+    }
+    for (before, text), (after, _) in zip(runs, [*runs[1:], ("-1", "")], strict=True):
+        if after != "-1" and int(after) > int(before):
+            counts["killed_while_running" if "running: queries" in text else "killed_in_startup"] += 1
+            if not counts["ended_by_themselves"]:
+                counts["kills_before_input_consumed"] += 1
+        else:
+            counts["ended_by_themselves"] += 1
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -33,8 +55,8 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=100)
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=2026)
-    parser.add_argument("--min-s", type=float, default=3.0)
-    parser.add_argument("--max-s", type=float, default=12.0)
+    parser.add_argument("--min-s", type=float, default=10.0)
+    parser.add_argument("--max-s", type=float, default=45.0)
     args = parser.parse_args()
     with bench_broker() as bootstrap:
         stamp = int(time.time())
@@ -74,6 +96,7 @@ def main() -> None:
                 "kills": run.kills,
                 "runs": run.runs,
                 "seconds": round(run.seconds),
+                **kill_points(run.log),
             },
         )
         print(line)

@@ -74,6 +74,10 @@ def run_with_kills(
     """Run `ethereal-kafka run JOB --available-now` until it exits 0, SIGKILLing the first `kills` runs after a
     random delay in `window_s` (a run that finishes before its kill counts no kill, and the next run is killed).
 
+    Once a run has finished by itself the input is consumed and every later run only starts, recovers and stops:
+    the delays are then drawn from 30-90 % of that run's duration, so the remaining kills land inside such runs
+    instead of the harness waiting for a kill that a short run never reaches.
+
     Raises:
         HarnessError: a run exited non-zero by itself, or the whole harness exceeded `timeout_s`.
     """
@@ -98,6 +102,7 @@ def run_with_kills(
                 env={**os.environ, **(env or {})},
                 start_new_session=True,
             )
+            started = time.monotonic()
             if done_kills < kills:
                 delay = rng.uniform(*window_s)
                 try:
@@ -118,6 +123,9 @@ def run_with_kills(
             _wait_group_gone(proc.pid)
             if code != 0:
                 raise HarnessError(f"run {runs} exited with {code} (log {log_path})")
+            lasted = time.monotonic() - started
+            if lasted < window_s[1]:
+                window_s = (0.3 * lasted, 0.9 * lasted)
             if done_kills >= kills:
                 return CrashRun(done_kills, runs, time.monotonic() - began, log_path)
 
