@@ -1,6 +1,6 @@
 """Exactly-once soak: a stateful job (keyed running aggregate) SIGKILLed many times while it consumes its input.
 
-    .venv/bin/python bench/soak.py --kills 100 --records 20000
+    .venv/bin/python bench/soak.py --kills 100 --records 60000
 
 Prints the harness line `records=N duplicates=D lost=L kills=K` and writes bench/results/soak.json.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -53,11 +54,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--kills", type=int, default=100)
-    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--records", type=int, default=60_000)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--min-s", type=float, default=10.0)
     parser.add_argument("--max-s", type=float, default=45.0)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped early: still stop the bench broker
     with bench_broker() as bootstrap:
         stamp = int(time.time())
         src = create_topic(bootstrap, f"soak-in-{stamp}", 3)
