@@ -7,13 +7,13 @@ is rebuilt by the task. Rebuilding is the bounded price of not pinning tasks.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Mapping
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from ethereal_kafka.checkpoint.markers import EpochMarker
+from ethereal_kafka.connectors.kafka.clients import close_quietly
 
 _PRODUCERS: dict[str, Producer] = {}
 _CONSUMERS: dict[tuple[tuple[str, str], ...], Consumer] = {}
@@ -61,9 +61,7 @@ def close_cached_clients() -> None:
         consumers = list(_CONSUMERS.values())
         _CONSUMERS.clear()
         _PRODUCERS.clear()
-    for consumer in consumers:
-        with contextlib.suppress(KafkaException, RuntimeError):
-            consumer.close()
+    close_quietly(consumers)
 
 
 def group_consumer(bootstrap: str, group: str, passthrough: Mapping[str, str]) -> Consumer:

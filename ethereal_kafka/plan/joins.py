@@ -33,7 +33,7 @@ from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from ethereal_kafka.plan.compiler import CompileContext, register
-from ethereal_kafka.plan.pyfuncs import UserFunctionError
+from ethereal_kafka.plan.pyfuncs import UserFunctionError, user_then_hidden
 from ethereal_kafka.plan.schema import KEY, TS, arrow_of, arrow_struct, spark_struct
 from ethereal_kafka.plan.stream import Stream
 
@@ -298,12 +298,7 @@ class JoinFunctionStage:
 
     def output_schema(self) -> pa.Schema:
         """The function's fields, then the hidden columns."""
-        return pa.schema(
-            [
-                *list(self.user_out),
-                *[pa.field(n, t) for n, t in zip(self.hidden, self.hidden_types, strict=True)],
-            ]
-        )
+        return user_then_hidden(self.user_out, self.hidden, self.hidden_types)
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Apply the function to every joined row (runs in a Spark task)."""

@@ -25,6 +25,13 @@ class UserFunctionError(EtherealKafkaError):
     """
 
 
+def user_then_hidden(
+    user_out: pa.StructType, hidden: tuple[str, ...], hidden_types: tuple[pa.DataType, ...]
+) -> pa.Schema:
+    """The schema a Python stage writes: the function's fields, then the hidden columns it carries through."""
+    return pa.schema([*list(user_out), *[pa.field(n, t) for n, t in zip(hidden, hidden_types, strict=True)]])
+
+
 @dataclass(frozen=True)
 class PyStage:
     """One Python operator applied per element.
@@ -52,12 +59,7 @@ class PyStage:
 
     def output_schema(self) -> pa.Schema:
         """User fields, then hidden columns."""
-        return pa.schema(
-            [
-                *list(self.user_out),
-                *[pa.field(n, t) for n, t in zip(self.hidden, self.hidden_types, strict=True)],
-            ]
-        )
+        return user_then_hidden(self.user_out, self.hidden, self.hidden_types)
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Apply the function to every row of every batch (runs in a Spark task)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -74,9 +74,7 @@ def drop_consumer(conf: Mapping[str, str]) -> None:
     key = tuple(sorted(conf.items()))
     with _LOCK:
         consumer = _CONSUMERS.pop(key, None)
-    if consumer is not None:
-        with contextlib.suppress(KafkaException, RuntimeError):
-            consumer.close()
+    close_quietly([consumer] if consumer is not None else [])
 
 
 def close_cached_consumers() -> None:
@@ -84,6 +82,11 @@ def close_cached_consumers() -> None:
     with _LOCK:
         consumers = list(_CONSUMERS.values())
         _CONSUMERS.clear()
+    close_quietly(consumers)
+
+
+def close_quietly(consumers: Iterable[Consumer]) -> None:
+    """Close consumers whose state no longer matters (a close error changes nothing for the caller)."""
     for consumer in consumers:
         with contextlib.suppress(KafkaException, RuntimeError):
             consumer.close()
