@@ -91,6 +91,22 @@ def _ran_on_executors(cluster: StandaloneSparkCluster, app_name: str) -> int:
     return sum(tasks_per_worker)
 
 
+def _run_job(
+    launcher: list[str], job: Path, log_dir: Path, spark_cluster: StandaloneSparkCluster
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run `<launcher> run JOB --available-now` against the cluster; the result and its wall time in seconds."""
+    began = time.monotonic()
+    result = subprocess.run(
+        [*launcher, "run", str(job), "--available-now", "--log-dir", str(log_dir)],
+        capture_output=True,
+        text=True,
+        env=spark_cluster.env(),
+        timeout=600,
+        check=False,
+    )
+    return result, time.monotonic() - began
+
+
 def test_spark_submit_runs_the_exactly_once_job_on_the_cluster(
     spark_cluster: StandaloneSparkCluster,
     kafka_cluster: KafkaCluster,
@@ -103,25 +119,8 @@ def test_spark_submit_runs_the_exactly_once_job_on_the_cluster(
     entry = subprocess.run(
         [sys.executable, "-m", "ethereal_kafka.deploy"], capture_output=True, text=True, check=True
     ).stdout.strip()
-    began = time.monotonic()
     # The documented command: spark-submit --master spark://HOST:PORT <entry script> run job.properties
-    result = subprocess.run(
-        [
-            *spark_cluster.submit_command(),
-            entry,
-            "run",
-            str(files.job),
-            "--available-now",
-            "--log-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        env=spark_cluster.env(),
-        timeout=600,
-        check=False,
-    )
-    took = time.monotonic() - began
+    result, took = _run_job([*spark_cluster.submit_command(), entry], files.job, tmp_path, spark_cluster)
     assert result.returncode == 0, result.stderr[-4000:]
     # spark-submit merges the Python driver's stderr into its own standard output.
     assert "stopped: input consumed" in result.stdout
@@ -137,25 +136,7 @@ def test_job_file_master_runs_the_exactly_once_job_on_the_cluster(
 ) -> None:
     bs = kafka_cluster.bootstrap
     files, inputs = _job(tmp_path, bs, topic_factory, extra=f"spark.master={spark_cluster.master_url}\n")
-    began = time.monotonic()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ethereal_kafka.cli",
-            "run",
-            str(files.job),
-            "--available-now",
-            "--log-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        env=spark_cluster.env(),
-        timeout=600,
-        check=False,
-    )
-    took = time.monotonic() - began
+    result, took = _run_job([sys.executable, "-m", "ethereal_kafka.cli"], files.job, tmp_path, spark_cluster)
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"starting on {spark_cluster.master_url}" in result.stderr
     tasks = _ran_on_executors(spark_cluster, f"ethereal-kafka-{files.app_id}")
