@@ -30,7 +30,7 @@ from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.runtime.errors import JobFailedError
 from ethereal_kafka.runtime.failure import root_cause
 from ethereal_kafka.runtime.job import RunningJob
-from ethereal_kafka.runtime.lifecycle import JobLifecycle
+from ethereal_kafka.runtime.lifecycle import JobLifecycle, StopReport
 from ethereal_kafka.runtime.logs import configure_python_logging, default_log_dir, route_spark_logs
 from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
 from ethereal_kafka.runtime.pipeline import build_queries
@@ -158,6 +158,54 @@ def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
         time.sleep(0.1)
 
 
+def job_spark_conf(loaded: LoadedJob) -> dict[str, str]:
+    """The Spark settings a job runs with: its `spark.*` pass-through keys, its sink tasks as shuffle partitions,
+    and the state store of its `state.backend`."""
+    from ethereal_kafka.runtime.spark import STATE_STORE_KEY, STATE_STORE_PROVIDERS
+
+    job = loaded.job
+    return {
+        **{f"spark.{k}": v for k, v in job.passthrough.items()},
+        "spark.sql.shuffle.partitions": str(job.sink_tasks),
+        STATE_STORE_KEY: STATE_STORE_PROVIDERS[job.state_backend],
+    }
+
+
+def execute(
+    spark: SparkSession,
+    loaded: LoadedJob,
+    lifecycle: JobLifecycle,
+    available_now: bool = False,
+    graph_builder: GraphBuilder | None = None,
+) -> StopReport:
+    """Run `loaded` on `spark` under `lifecycle` until it stops; the session is left running.
+
+    Called by `run` (which owns the session) and by the test kit's in-process runner (which shares one session
+    between jobs). The job's metrics are closed before it returns; its queries have stopped.
+
+    Raises:
+        EtherealKafkaError: the coordinator refused to start or a query failed (`JobFailedError`); one line.
+    """
+    job = loaded.job
+    metrics = RunMetrics()
+    try:
+        log.info("job %s starting on %s", job.app_id, spark.sparkContext.master)
+        metrics = open_metrics(spark, loaded)
+        running, coordinator = start(spark, loaded, available_now, graph_builder, metrics)
+        metrics.start_progress()
+        lifecycle.attach(running, coordinator.gate)
+        log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
+        return lifecycle.wait()
+    except EtherealKafkaError:
+        log.debug("job %s failed", job.app_id, exc_info=True)
+        raise
+    except Exception as exc:
+        log.debug("job %s failed", job.app_id, exc_info=True)
+        raise JobFailedError(f"job {job.app_id} failed: {root_cause(exc)}{lifecycle.log_hint}") from exc
+    finally:
+        metrics.close()
+
+
 def run(
     job_path: str | Path,
     available_now: bool = False,
@@ -174,50 +222,25 @@ def run(
         EtherealKafkaError: the job file is invalid or the coordinator refuses to start (`ConfigError`,
             `RecoveryError`, ...), or a query failed (`JobFailedError`); each message is one line.
     """
-    from ethereal_kafka.runtime.spark import (
-        STATE_STORE_KEY,
-        STATE_STORE_PROVIDERS,
-        launched_by_spark_submit,
-        local_session,
-    )
+    from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
 
     loaded = load_job(job_path)
     job = loaded.job
     logs = Path(log_dir) if log_dir else default_log_dir(job.app_id)
     configure_python_logging(logs)
-    hint = f" (full trace under {logs})"
-    lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=hint)
+    lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
     lifecycle.stop_when_drained = available_now
     lifecycle.install_signal_handlers()
     try:
         spark = local_session(
-            f"ethereal-kafka-{job.app_id}",
-            master=job.spark_master,
-            conf={
-                **{f"spark.{k}": v for k, v in job.passthrough.items()},
-                "spark.sql.shuffle.partitions": str(job.sink_tasks),
-                STATE_STORE_KEY: STATE_STORE_PROVIDERS[job.state_backend],
-            },
+            f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=job_spark_conf(loaded)
         )
-        metrics = RunMetrics()
         try:
             if not launched_by_spark_submit():
                 route_spark_logs(spark, logs)
-            log.info("job %s starting on %s (logs: %s)", job.app_id, spark.sparkContext.master, logs)
-            metrics = open_metrics(spark, loaded)
-            running, coordinator = start(spark, loaded, available_now, graph_builder, metrics)
-            metrics.start_progress()
-            lifecycle.attach(running, coordinator.gate)
-            log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
-            report = lifecycle.wait()
-        except EtherealKafkaError:
-            log.debug("job %s failed", job.app_id, exc_info=True)
-            raise
-        except Exception as exc:
-            log.debug("job %s failed", job.app_id, exc_info=True)
-            raise JobFailedError(f"job {job.app_id} failed: {root_cause(exc)}{hint}") from exc
+            log.info("job %s logs: %s", job.app_id, logs)
+            report = execute(spark, loaded, lifecycle, available_now, graph_builder)
         finally:
-            metrics.close()
             stop_session(spark)
     finally:
         lifecycle.restore_signal_handlers()
@@ -232,6 +255,11 @@ def stop_session(spark: SparkSession) -> None:
         spark.stop()
     except Exception:
         log.warning("stopping Spark failed", exc_info=True)
+    close_clients()
+
+
+def close_clients() -> None:
+    """Close the Kafka clients this process cached for its jobs (the driver's coordinator and source clients)."""
     close_cached_clients()
     close_cached_consumers()
 
