@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import mimetypes
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -30,6 +29,17 @@ from ethereal_kafka.errors import ConfigError
 log = logging.getLogger(__name__)
 
 STATIC_PACKAGE = "ethereal_kafka.ui"
+#: Content types of the static files (fixed here: the host's MIME database varies).
+_TYPES = {
+    "html": "text/html; charset=utf-8",
+    "js": "text/javascript; charset=utf-8",
+    "css": "text/css; charset=utf-8",
+    "json": "application/json",
+    "map": "application/json",
+    "png": "image/png",
+    "svg": "image/svg+xml",
+    "md": "text/plain; charset=utf-8",
+}
 
 
 class UiData(Protocol):
@@ -139,10 +149,8 @@ class _Handler(BaseHTTPRequestHandler):
             if content is None:
                 self._send(404, b"not found", "text/plain", head)
                 return
-            kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
-            if kind.startswith("text/") or kind == "application/javascript":
-                kind += "; charset=utf-8"
-            self._send(200, content, kind, head)
+            kind = _TYPES.get(name.rsplit(".", 1)[-1]) or "application/octet-stream"
+            self._send(200, content, kind, head, extra={"Cache-Control": "max-age=300"})
         except Exception:
             log.exception("ui: %s failed", path)
             self._send(500, b'{"error": "internal error (see the log)"}', "application/json", head)
