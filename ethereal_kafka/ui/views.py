@@ -4,7 +4,8 @@ Pure functions shared by the live UI (`ui.live`) and the UI of a stopped app (`u
 shapes:
 
 - an epoch: every `EpochRecord` field, plus `seq` (the order the UI received it), `outcome_detail`, `p50`/`p95`/
-  `p99` (seconds, from its latency histogram, as `histogram_quantile` would give) and `lag_total`;
+  `p99` (seconds, from its latency histogram, as `histogram_quantile` would give), `latency_mean` (exact: the
+  histogram's sum over its count) and `lag_total`;
 - latency percentiles per query: `{"count", "sum", "p50", "p95", "p99", "bounds", "counts"}`.
 """
 
@@ -29,6 +30,7 @@ def epoch_json(seq: int, record: EpochRecord) -> dict[str, Any]:
     hist = _histogram(record.latency)
     for name, q in QUANTILES.items():
         out[name] = hist.quantile(q) if hist is not None else None
+    out["latency_mean"] = hist.sum / hist.count if hist is not None and hist.count else None
     return out
 
 

@@ -187,7 +187,7 @@ def ui_run(
     ui = open_ui(loaded, metrics)
     assert ui is not None and ui.url is not None
     with _worker_env(spark, {FAULT_DELAY_ENV: str(delay_ms)}) as environment:
-        running, _coordinator = start(spark, loaded, metrics=metrics, observers=[ui])
+        running, _coordinator = start(spark, loaded, metrics=metrics, observers=[ui], log_dir=folder / "logs")
         run = UiRun(
             loaded.job.app_id,
             job_path,

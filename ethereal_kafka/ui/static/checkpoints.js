@@ -61,12 +61,12 @@
       },
       EK.el("td", { text: e.query }),
       EK.el("td", { class: "num", text: e.epoch }),
-      EK.el("td", { text: EK.fmt.time(e.started_ms) }),
+      EK.el("td", { text: EK.fmt.clock(e.started_ms), title: `${EK.fmt.time(e.started_ms)} UTC` }),
       EK.el("td", { class: "num", text: EK.fmt.int(e.duration_ms) }),
       EK.el("td", { class: "num", text: EK.fmt.int(e.records_in) }),
       EK.el("td", { class: "num", text: EK.fmt.int(e.records_out) }),
       EK.el("td", { class: "num", text: EK.fmt.ms(e.commit_ms) }),
-      EK.el("td", { text: e.watermark_ms ? EK.fmt.time(e.watermark_ms) : "-" }),
+      EK.el("td", { text: e.watermark_ms ? EK.fmt.clock(e.watermark_ms) : "-", title: e.watermark_ms ? `${EK.fmt.time(e.watermark_ms)} UTC` : null }),
       EK.el("td", {}, outcomeBadge(e), e.txn_aborts ? ` ${e.txn_aborts} aborted` : null),
       EK.el("td", { text: tasks }));
       return row;
@@ -100,7 +100,7 @@
     for (const [topic, offsets] of Object.entries(e.lag || {})) {
       for (const [partition, lag] of Object.entries(offsets)) lags.push([topic, partition, lag]);
     }
-    box.replaceChildren(
+    box.replaceChildren(...[
       EK.el("h3", { "data-testid": "detail-title" }, `${e.query} epoch ${e.epoch} `, outcomeBadge(e)),
       EK.el("p", {}, `started ${EK.fmt.time(e.started_ms)} UTC, ${EK.fmt.int(e.duration_ms)} ms; mode ${e.mode}; ` +
         `checkpoint ${e.checkpoint_id.slice(0, 8)}; ${e.tasks} sink tasks (${e.skipped_tasks} skipped); ` +
@@ -114,7 +114,7 @@
       EK.el("div", { "data-testid": "detail-offsets" }, offsetsTable(parts, ["topic", "partition", "start", "end", "records"])),
       lags.length ? EK.el("b", { text: "lag when committed" }) : null,
       lags.length ? offsetsTable(lags, ["topic", "partition", "lag"]) : null,
-    );
+    ].filter(Boolean));
   }
 
   EK.pages.checkpoints = {

@@ -102,12 +102,12 @@
     for (const node of plan.nodes) {
       const label = nodeLabel(node, figs.node[node.id]);
       const lines = label.split("\n");
-      const width = Math.max(90, Math.min(320, 7 * Math.max(...lines.map((l) => l.length)) + 16));
+      const width = Math.max(90, Math.min(340, 7.5 * Math.max(...lines.map((l) => l.length)) + 16));
       const look = RUNS[node.runs] || RUNS["spark-native"];
       els.push({
         group: "nodes",
         data: {
-          id: node.id, label, w: width, h: 16 * lines.length + 12, color: look.color, shape: look.shape,
+          id: node.id, label, w: width, h: 17 * lines.length + 12, color: look.color, shape: look.shape,
           parent: node.query ? `q:${node.query}` : undefined, runs: node.runs, kind: node.kind, name: node.label,
         },
       });
@@ -142,7 +142,7 @@
       style: [
         { selector: "node", style: {
           "label": "data(label)", "text-wrap": "wrap", "text-valign": "center", "text-halign": "center",
-          "font-size": 11, "width": "data(w)", "height": "data(h)", "shape": "data(shape)",
+          "font-size": 12, "width": "data(w)", "height": "data(h)", "shape": "data(shape)",
           "background-color": "data(color)", "border-width": 1, "border-color": "#8a93a6" } },
         { selector: "node[?isQuery]", style: {
           "label": "data(label)", "text-valign": "top", "text-halign": "center", "font-weight": 600,

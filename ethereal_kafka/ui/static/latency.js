@@ -62,9 +62,10 @@
         .sort((a, b) => (a.started_ms + a.duration_ms) - (b.started_ms + b.duration_ms));
       const xs = epochs.map((e) => (e.started_ms + e.duration_ms) / 1000);
       const withLatency = epochs.filter((e) => e.p50 !== null);
-      plot("lat-chart", ["p50", "p95", "p99"], [
+      plot("lat-chart", ["p50", "p95", "p99", "mean (exact)"], [
         withLatency.map((e) => (e.started_ms + e.duration_ms) / 1000),
         withLatency.map((e) => e.p50), withLatency.map((e) => e.p95), withLatency.map((e) => e.p99),
+        withLatency.map((e) => e.latency_mean),
       ], "seconds", (v) => EK.fmt.secs(v));
       plot("dur-chart", ["epoch duration ms", "transaction commit ms"], [
         xs, epochs.map((e) => e.duration_ms), epochs.map((e) => e.commit_ms),
