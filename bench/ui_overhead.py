@@ -164,6 +164,86 @@ def run_once(bootstrap: str, src: str, records: int, ui: bool, per_epoch: int, i
     }
 
 
+def serving_cost(polls: int = 300, epochs: int = 5000) -> dict[str, Any]:
+    """CPU a browser's polling costs the driver, measured in-process: a live UI over metrics of 2 queries and
+    `epochs` kept epochs, polled as the page does (epochs since the last seen, live figures; overview and plan
+    every 15th poll, latency every 5th) over real HTTP. The client's CPU is counted too: an upper bound."""
+    import urllib.request
+
+    from ethereal_kafka.checkpoint.history import EpochRecord
+    from ethereal_kafka.runtime.description import RunDescription
+    from ethereal_kafka.runtime.histogram import Histogram
+    from ethereal_kafka.runtime.metrics import LATENCY_BUCKETS, JobMetrics
+    from ethereal_kafka.ui.live import LiveUi
+    from ethereal_kafka.ui.server import UiServer
+
+    metrics = JobMetrics("bench", {})
+    for query in ("a", "b"):
+        metrics.add_query(query, [f"{query}-out"])
+        metrics.records_in[(query, "events")] = 10**6
+        metrics.records_out[(query, f"{query}-out")] = 10**6
+        metrics.lag.update({(query, "events", "in", str(p)): 5 for p in range(8)})
+        metrics.latency_seconds[(query, "events")] = Histogram(LATENCY_BUCKETS)
+        metrics.latency_seconds[(query, "events")].observe(0.4, 10**6)
+    ui = LiveUi(metrics)
+    plan = {"queries": [], "nodes": [], "edges": []}
+    ui.description = RunDescription("bench", 0, plan, {}, "/j", "/c", "exactly-once")
+    latency = Histogram(LATENCY_BUCKETS)
+    latency.observe(0.4, 1000)
+    for i in range(epochs):
+        ui.on_epoch(
+            "a",
+            EpochRecord(
+                app_id="bench",
+                checkpoint_id="c" * 36,
+                epoch=i,
+                mode="shuffling",
+                start_offsets={"in": {str(p): i * 100 for p in range(8)}},
+                end_offsets={"in": {str(p): i * 100 + 100 for p in range(8)}},
+                records_in=800,
+                records_out=800,
+                tasks=2,
+                skipped_tasks=0,
+                started_ms=i * 1000,
+                duration_ms=300,
+                outcome="committed",
+                query="a",
+                lag={"in": {str(p): 5 for p in range(8)}},
+                latency=latency.to_dict(),
+            ),
+            [],
+        )
+    server = UiServer(ui)
+
+    def get(path: str) -> None:
+        with urllib.request.urlopen(server.url + path, timeout=5) as response:
+            response.read()
+
+    try:
+        get("api/epochs?after=-1")  # the page's first load (every kept epoch), not counted
+        began_cpu, began = time.process_time(), time.perf_counter()
+        for n in range(polls):
+            if n % 15 == 0:
+                get("api/overview")
+                get("api/plan")
+            get(f"api/epochs?after={epochs - 2}")
+            get("api/live")
+            if n % 5 == 0:
+                get("api/latency")
+        cpu = time.process_time() - began_cpu
+        wall = time.perf_counter() - began
+    finally:
+        server.close()
+    per_poll_ms = cpu / polls * 1000
+    return {
+        "polls": polls,
+        "cpu_ms_per_poll": round(per_poll_ms, 2),
+        "wall_ms_per_poll": round(wall / polls * 1000, 2),
+        # The page polls every 2 s: the share of one core a page open all the time takes from the driver.
+        "core_share_pct_at_one_poll_per_2s": round(per_poll_ms / 2000 * 100, 3),
+    }
+
+
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rates = [r["records_per_s"] for r in runs]
     cpu = [r["cpu_s_per_1m"] for r in runs]
@@ -182,7 +262,13 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-records-per-epoch", type=int, default=50_000)
+    parser.add_argument("--serving-only", action="store_true", help="only the in-process serving cost")
     args = parser.parse_args()
+    serving = serving_cost()
+    print(json.dumps({"serving": serving}), flush=True)
+    if args.serving_only:
+        write_result("ui-serving-cost", {"serving": serving})
+        return
     with bench_broker() as bootstrap:
         src = create_topic(bootstrap, f"ui-bench-in-{int(time.time())}", 2)
         feed(bootstrap, src, eos.events(args.records), 2)
@@ -201,6 +287,7 @@ def main() -> None:
         "ui_on": on,
         "throughput_change_pct": round((on["records_per_s_mean"] / off["records_per_s_mean"] - 1) * 100, 2),
         "cpu_per_record_change_pct": round((on["cpu_s_per_1m_mean"] / off["cpu_s_per_1m_mean"] - 1) * 100, 2),
+        "serving": serving,
         "runs": runs,
     }
     path = write_result("ui-overhead", result)
