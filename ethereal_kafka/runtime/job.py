@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming import StreamingQuery
 
+    from ethereal_kafka.runtime.description import RunDescription
+
 
 Pipeline = Callable[[Mapping[str, "DataFrame"]], "DataFrame | Mapping[str, DataFrame]"]
 
@@ -36,9 +38,11 @@ def resolve_pipeline(spec: str) -> Pipeline:
 
 @dataclass
 class RunningJob:
-    """The streaming queries of a started job (one per sink)."""
+    """The streaming queries of a started job (one per sink), and the run's description (`runtime.description`;
+    None when the job was started without one)."""
 
     queries: dict[str, StreamingQuery]
+    description: RunDescription | None = None
 
     def await_termination(self, timeout_s: float | None = None) -> None:
         """Wait until every query ends (or `timeout_s` passes); re-raises a query's failure."""

@@ -15,7 +15,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ethereal_kafka.checkpoint.apps import hold_run_lock, record_run
 from ethereal_kafka.checkpoint.clients import close_cached_clients
@@ -27,16 +27,17 @@ from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.connectors.kafka.clients import close_cached_consumers
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.runtime.description import RunDescription, write_description
 from ethereal_kafka.runtime.errors import JobFailedError
 from ethereal_kafka.runtime.failure import root_cause
 from ethereal_kafka.runtime.job import RunningJob
 from ethereal_kafka.runtime.lifecycle import JobLifecycle, StopReport
 from ethereal_kafka.runtime.logs import configure_python_logging, default_log_dir, route_spark_logs
 from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
-from ethereal_kafka.runtime.pipeline import build_queries
+from ethereal_kafka.runtime.pipeline import build_pipeline
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
@@ -46,6 +47,14 @@ if TYPE_CHECKING:
     GraphBuilder = Callable[[StreamExecutionEnvironment], None]
 
 log = logging.getLogger(__name__)
+
+
+class RunObserver(Protocol):
+    """Watches a run from before its first epoch (the web UI, `ethereal_kafka.ui.live`)."""
+
+    def watch(self, coordinator: CheckpointCoordinator, description: RunDescription) -> None:
+        """Called by `start` once the coordinator is prepared and before any query starts: from here on every
+        epoch outcome reaches the coordinator's epoch listeners."""
 
 
 def job_sources(
@@ -81,9 +90,13 @@ def start(
     available_now: bool = False,
     graph_builder: GraphBuilder | None = None,
     metrics: RunMetrics | None = None,
+    observers: Sequence[RunObserver] = (),
+    log_dir: str | Path | None = None,
 ) -> tuple[RunningJob, CheckpointCoordinator]:
     """Build the job's queries under a coordinator and start them (`graph_builder`: see `build_queries`; `metrics`
-    watches the coordinator from before the first epoch)."""
+    and `observers` watch the coordinator from before the first epoch). The run's description (its plan and
+    masked configuration, `runtime.description`) is recorded for the app and handed to the observers; the
+    returned job carries it too (`log_dir`: the run's log folder, shown with it)."""
     job = loaded.job
     # Held (shared) until the process ends: `ethereal-kafka replay` refuses while any instance holds it, and cannot
     # change the checkpoint between this look at it and the start (see checkpoint.apps).
@@ -92,7 +105,8 @@ def start(
     # A replay leaves its start positions in the checkpoint root; they apply while the checkpoint is fresh.
     replay_starts = take_replay_intent(job.checkpoint_location, job.app_id, fresh)
     sources = job_sources(loaded, fresh, replay_starts)
-    builds = build_queries(spark, loaded, sources, graph_builder)
+    pipeline = build_pipeline(spark, loaded, sources, graph_builder)
+    builds = pipeline.queries
     history = HistoryLog(job.app_id)
     coordinator = CheckpointCoordinator(
         CoordinatorSettings(
@@ -120,6 +134,14 @@ def start(
     )
     if metrics is not None:
         metrics.watch(coordinator, side_outputs=[sink for b in builds for sink in b.late_sinks])
+    context = spark.sparkContext
+    description = RunDescription.of(loaded, pipeline.plan, context.master or "", context.uiWebUrl, log_dir)
+    try:
+        write_description(description)
+    except OSError as exc:  # for people only: the run goes on without it
+        log.warning("could not record the run's description: %s", exc)
+    for observer in observers:
+        observer.watch(coordinator, description)
     queries = {}
     for build in builds:
         writer = (
@@ -141,7 +163,7 @@ def start(
             spark.conf.unset(key) if old is None else spark.conf.set(key, old)
         if len(builds) > 1:
             wait_initialized(queries[build.name])
-    return RunningJob(queries), coordinator
+    return RunningJob(queries, description), coordinator
 
 
 def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
@@ -177,6 +199,7 @@ def execute(
     lifecycle: JobLifecycle,
     available_now: bool = False,
     graph_builder: GraphBuilder | None = None,
+    log_dir: str | Path | None = None,
 ) -> StopReport:
     """Run `loaded` on `spark` under `lifecycle` until it stops; the session is left running.
 
@@ -188,10 +211,15 @@ def execute(
     """
     job = loaded.job
     metrics = RunMetrics()
+    ui: Any = None
     try:
         log.info("job %s starting on %s", job.app_id, spark.sparkContext.master)
         metrics = open_metrics(spark, loaded)
-        running, coordinator = start(spark, loaded, available_now, graph_builder, metrics)
+        ui = open_ui(loaded, metrics)
+        observers = [ui] if ui is not None else []
+        running, coordinator = start(
+            spark, loaded, available_now, graph_builder, metrics, observers, log_dir=log_dir
+        )
         metrics.start_progress()
         lifecycle.attach(running, coordinator.gate)
         log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
@@ -203,6 +231,8 @@ def execute(
         log.debug("job %s failed", job.app_id, exc_info=True)
         raise JobFailedError(f"job {job.app_id} failed: {root_cause(exc)}{lifecycle.log_hint}") from exc
     finally:
+        if ui is not None:
+            ui.close()
         metrics.close()
 
 
@@ -239,13 +269,28 @@ def run(
             if not launched_by_spark_submit():
                 route_spark_logs(spark, logs)
             log.info("job %s logs: %s", job.app_id, logs)
-            report = execute(spark, loaded, lifecycle, available_now, graph_builder)
+            report = execute(spark, loaded, lifecycle, available_now, graph_builder, log_dir=logs)
         finally:
             stop_session(spark)
     finally:
         lifecycle.restore_signal_handlers()
     log.info("%s", report.line())
     return 0
+
+
+def open_ui(loaded: LoadedJob, metrics: RunMetrics) -> Any:
+    """The hook to the web UI (`ethereal_kafka.ui.live`, a layer above this one, imported only here): serve it on
+    `ui.host`:`ui.port` when `ui.enabled`; returns the UI (a `RunObserver` with `close()`) or None.
+
+    Raises:
+        ConfigError: the UI cannot listen on its address.
+    """
+    job = loaded.job
+    if not job.ui_enabled or metrics.metrics is None:
+        return None
+    from ethereal_kafka.ui.live import LiveUi
+
+    return LiveUi.serve(metrics.metrics, job.ui_host, job.ui_port)
 
 
 def stop_session(spark: SparkSession) -> None:
