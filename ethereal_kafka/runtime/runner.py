@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ethereal_kafka.checkpoint.apps import hold_run_lock, record_run
-from ethereal_kafka.checkpoint.clients import close_cached_clients
 from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, QuerySinks
 from ethereal_kafka.checkpoint.history import HistoryLog
 from ethereal_kafka.checkpoint.replay import take_replay_intent
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
-from ethereal_kafka.connectors.kafka.clients import close_cached_consumers
+from ethereal_kafka.connectors.kafka.clients import close_cached_clients
 from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.runtime.description import RunDescription, write_description
 from ethereal_kafka.runtime.errors import JobFailedError
@@ -306,7 +305,6 @@ def stop_session(spark: SparkSession) -> None:
 def close_clients() -> None:
     """Close the Kafka clients this process cached for its jobs (the driver's coordinator and source clients)."""
     close_cached_clients()
-    close_cached_consumers()
 
 
 if __name__ == "__main__":  # pragma: no cover
