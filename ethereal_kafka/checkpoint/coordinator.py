@@ -324,6 +324,11 @@ class CheckpointCoordinator:
             self._partitions[sink] = count
         return self._partitions[sink]
 
+    def close(self) -> None:
+        """End of the run: close the checkpoint history (its writer stays open while epochs are recorded)."""
+        if self.history is not None:
+            self.history.close()
+
     # -- epochs --------------------------------------------------------------------------------------------------
     def writer(self, query: str) -> EpochWriter:
         """The `foreachBatch` function of `query`."""
@@ -477,13 +482,7 @@ class EpochWriter:
                 for p, o in parts.items()
             )
             slots = tuple(TaskSlot(f"{t}-{p}", source.group, t, p, o) for t, p, o in inputs)
-            frame = batch
-            partitions = frame.rdd.getNumPartitions()
-            if partitions != len(slots):
-                raise RecoveryError(
-                    f"sink {self.sink}: epoch {batch_id} has {partitions} Spark partitions for {len(slots)} input "
-                    "partitions; a partition-preserving job must keep one Spark partition per Kafka partition"
-                )
+            frame = batch  # one Spark partition per input partition: a task past the slots refuses to write
         else:
             tasks = c.settings.sink_tasks
             group = f"{c.settings.app_id}.ethereal-progress.{self.sink}"
@@ -504,6 +503,12 @@ class EpochWriter:
         )
         rows = frame.mapInArrow(lambda it: write_task(write, it), RESULT_SCHEMA).collect()
         self._task_rows = rows
+        ran = sorted(int(r["task"]) for r in rows)
+        if ran != list(range(len(slots))):
+            raise RecoveryError(
+                f"sink {self.sink}: epoch {batch_id} ran sink tasks {ran} for {len(slots)} slot(s); each slot "
+                "needs exactly one Spark partition (a partition-preserving job keeps one per Kafka partition)"
+            )
         written = sum(int(r["records"]) for r in rows)
         skipped = sum(int(r["skipped"]) for r in rows)
         return written, len(rows), skipped

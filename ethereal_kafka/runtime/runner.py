@@ -211,6 +211,7 @@ def execute(
     job = loaded.job
     metrics = RunMetrics()
     ui: Any = None
+    coordinator: CheckpointCoordinator | None = None
     try:
         log.info("job %s starting on %s", job.app_id, spark.sparkContext.master)
         metrics = open_metrics(spark, loaded)
@@ -233,6 +234,8 @@ def execute(
         if ui is not None:
             ui.close()
         metrics.close()
+        if coordinator is not None:
+            coordinator.close()
 
 
 def run(

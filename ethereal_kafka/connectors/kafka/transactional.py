@@ -24,6 +24,7 @@ only if needed. A producer lives for one attempt and is closed after it, so a he
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -175,6 +176,15 @@ class TransactionalTask:
     """Commits one task's records and marker exactly once (see the module docstring); one instance per attempt."""
 
     def __init__(self, write: EpochWrite, index: int) -> None:
+        """Raises:
+        TransactionError: the epoch has no slot for task `index` (more Spark partitions than slots): nothing
+            may be written under an identity the coordinator does not know.
+        """
+        if not 0 <= index < len(write.slots):
+            raise TransactionError(
+                f"query {write.query}, epoch {write.epoch}: sink task {index} has no slot ({len(write.slots)} "
+                "planned); a partition-preserving job must keep one Spark partition per Kafka partition"
+            )
         self.write = write
         self.index = index
         self.slot: TaskSlot = write.slots[index]
@@ -310,7 +320,8 @@ class TransactionalTask:
         """Let go of this attempt's producer (its transaction is committed, aborted, or fenced by the next)."""
         producer, self._producer = self._producer, None
         if producer is not None:
-            producer.flush(0)
+            with contextlib.suppress(KafkaException):  # a fenced producer raises its fatal error again
+                producer.flush(0)
 
     def _trace(self, step: str) -> None:
         faults.trace(self.write.query, self.write.epoch, self.index, step)
