@@ -59,6 +59,7 @@ class StopReport:
         last: The last finished epoch of each query.
         interrupted: `{query: epoch}` of the epochs a forced stop interrupted.
         refused: `(query, epoch)` of the epochs Spark had planned but the closed gate refused.
+        taken_over_by: The instance that took the app over (`run --takeover`), when that ended the run.
     """
 
     how: str
@@ -68,6 +69,7 @@ class StopReport:
     last: dict[str, EpochOutcome] = field(default_factory=dict)
     interrupted: dict[str, int] = field(default_factory=dict)
     refused: list[tuple[str, int]] = field(default_factory=list)
+    taken_over_by: str | None = None
 
     def line(self) -> str:
         """The one-line summary the runner logs last (tests and operators grep it)."""
@@ -88,6 +90,8 @@ class StopReport:
         if self.refused:
             epochs = ", ".join(f"{q} epoch {e}" for q, e in sorted(set(self.refused)))
             text += f"; not started: {epochs} (replayed at the next start)"
+        if self.taken_over_by:
+            text += f"; handed over to {self.taken_over_by}"
         return text
 
 

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ethereal_kafka.checkpoint.apps import hold_run_lock, record_run
+from ethereal_kafka.checkpoint.apps import record_run
 from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, QuerySinks
 from ethereal_kafka.checkpoint.history import HistoryLog
+from ethereal_kafka.checkpoint.ownership import InstanceGuard
 from ethereal_kafka.checkpoint.replay import take_replay_intent
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
@@ -91,15 +92,64 @@ def start(
     metrics: RunMetrics | None = None,
     observers: Sequence[RunObserver] = (),
     log_dir: str | Path | None = None,
+    guard: InstanceGuard | None = None,
 ) -> tuple[RunningJob, CheckpointCoordinator]:
     """Build the job's queries under a coordinator and start them (`graph_builder`: see `build_queries`; `metrics`
     and `observers` watch the coordinator from before the first epoch). The run's description (its plan and
     masked configuration, `runtime.description`) is recorded for the app and handed to the observers; the
-    returned job carries it too (`log_dir`: the run's log folder, shown with it)."""
+    returned job carries it too (`log_dir`: the run's log folder, shown with it).
+
+    `guard` is this instance's hold on the app (`checkpoint.ownership`), acquired by the caller; without one the
+    job takes the app itself (refusing when another instance runs it) and lets it go when the job is stopped.
+
+    Raises:
+        AppRunningError: (without `guard`) another instance runs the app.
+    """
+    own = guard is None
+    if guard is None:
+        guard = own_app(loaded)
+    try:
+        return _start(spark, loaded, guard, own, available_now, graph_builder, metrics, observers, log_dir)
+    except BaseException:
+        if own:
+            guard.release()
+        raise
+
+
+def own_app(loaded: LoadedJob, takeover: bool = False) -> InstanceGuard:
+    """Take the app for a new instance of this job (`InstanceGuard.acquire`) and return its guard.
+
+    Raises:
+        AppRunningError: another instance runs the app (and `takeover` was not asked for, or it did not hand over).
+    """
+    import uuid
+
+    sink = next(iter(loaded.sinks.values()))
     job = loaded.job
-    # Held (shared) until the process ends: `ethereal-kafka replay` refuses while any instance holds it, and cannot
-    # change the checkpoint between this look at it and the start (see checkpoint.apps).
-    hold_run_lock(job.app_id)
+    guard = InstanceGuard(
+        job.app_id,
+        sink.bootstrap_servers,
+        sink.passthrough,
+        uuid.uuid4().hex[:16],
+        takeover=takeover,
+        wait_s=job.shutdown_timeout_ms / 1000 + 60,
+    )
+    guard.acquire()
+    return guard
+
+
+def _start(
+    spark: SparkSession,
+    loaded: LoadedJob,
+    guard: InstanceGuard,
+    own: bool,
+    available_now: bool,
+    graph_builder: GraphBuilder | None,
+    metrics: RunMetrics | None,
+    observers: Sequence[RunObserver],
+    log_dir: str | Path | None,
+) -> tuple[RunningJob, CheckpointCoordinator]:
+    job = loaded.job
     fresh = not checkpoint_has_progress(job.checkpoint_location)
     # A replay leaves its start positions in the checkpoint root; they apply while the checkpoint is fresh.
     replay_starts = take_replay_intent(job.checkpoint_location, job.app_id, fresh)
@@ -120,6 +170,7 @@ def start(
         sources,
         loaded.sinks,
         history,
+        owner=guard.claim,
     )
     groups: dict[str, list[str]] = {}
     for build in builds:
@@ -162,7 +213,7 @@ def start(
             spark.conf.unset(key) if old is None else spark.conf.set(key, old)
         if len(builds) > 1:
             wait_initialized(queries[build.name])
-    return RunningJob(queries, description), coordinator
+    return RunningJob(queries, description, release=guard.release if own else None), coordinator
 
 
 def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
@@ -199,31 +250,40 @@ def execute(
     available_now: bool = False,
     graph_builder: GraphBuilder | None = None,
     log_dir: str | Path | None = None,
+    guard: InstanceGuard | None = None,
 ) -> StopReport:
     """Run `loaded` on `spark` under `lifecycle` until it stops; the session is left running.
 
     Called by `run` (which owns the session) and by the test kit's in-process runner (which shares one session
-    between jobs). The job's metrics are closed before it returns; its queries have stopped.
+    between jobs). `guard` is this instance's hold on the app, taken before Spark started (`own_app`); without one
+    it is taken here. The job's metrics are closed and the app is let go before it returns; its queries have
+    stopped. While it runs, a `run --takeover` elsewhere stops it between epochs (the report says so).
 
     Raises:
+        AppRunningError: (without `guard`) another instance runs the app.
         EtherealKafkaError: the coordinator refused to start or a query failed (`JobFailedError`); one line.
     """
     job = loaded.job
     metrics = RunMetrics()
     ui: Any = None
     coordinator: CheckpointCoordinator | None = None
+    guard = guard or own_app(loaded)
     try:
         log.info("job %s starting on %s", job.app_id, spark.sparkContext.master)
         metrics = open_metrics(spark, loaded)
         ui = open_ui(loaded, metrics)
         observers = [ui] if ui is not None else []
         running, coordinator = start(
-            spark, loaded, available_now, graph_builder, metrics, observers, log_dir=log_dir
+            spark, loaded, available_now, graph_builder, metrics, observers, log_dir=log_dir, guard=guard
         )
+        guard.watch(lifecycle.request_stop)
         metrics.start_progress()
         lifecycle.attach(running, coordinator.gate)
         log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
-        return lifecycle.wait()
+        report = lifecycle.wait()
+        if guard.taken_over_by is not None:
+            report = dataclasses.replace(report, taken_over_by=guard.taken_over_by)
+        return report
     except EtherealKafkaError:
         log.debug("job %s failed", job.app_id, exc_info=True)
         raise
@@ -236,6 +296,7 @@ def execute(
         metrics.close()
         if coordinator is not None:
             coordinator.close()
+        guard.release()
 
 
 def run(
@@ -243,6 +304,7 @@ def run(
     available_now: bool = False,
     graph_builder: GraphBuilder | None = None,
     log_dir: str | Path | None = None,
+    takeover: bool = False,
 ) -> int:
     """Run a job file until stopped (or until the input is consumed with `available_now`); returns the exit code.
 
@@ -250,9 +312,13 @@ def run(
     between epochs (`runtime.lifecycle`) and 0 is returned; the last log line says how it stopped. Logs go to stderr
     (short) and to `log_dir` (full; default `runtime.logs.default_log_dir`).
 
+    One instance runs an app at a time: another running instance makes this one refuse before Spark starts, unless
+    `takeover` asks that instance to stop between epochs and hand over (`checkpoint.ownership`).
+
     Raises:
-        EtherealKafkaError: the job file is invalid or the coordinator refuses to start (`ConfigError`,
-            `RecoveryError`, ...), or a query failed (`JobFailedError`); each message is one line.
+        EtherealKafkaError: the job file is invalid, another instance runs the app (`AppRunningError`), the
+            coordinator refuses to start (`ConfigError`, `RecoveryError`, ...), or a query failed
+            (`JobFailedError`); each message is one line.
     """
     from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
 
@@ -262,6 +328,8 @@ def run(
     configure_python_logging(logs)
     lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
     lifecycle.stop_when_drained = available_now
+    # Before Spark starts (and before the signal handlers): a refusal costs a second, not a session.
+    guard = own_app(loaded, takeover)
     lifecycle.install_signal_handlers()
     try:
         spark = local_session(
@@ -271,10 +339,13 @@ def run(
             if not launched_by_spark_submit():
                 route_spark_logs(spark, logs)
             log.info("job %s logs: %s", job.app_id, logs)
-            report = execute(spark, loaded, lifecycle, available_now, graph_builder, log_dir=logs)
+            report = execute(
+                spark, loaded, lifecycle, available_now, graph_builder, log_dir=logs, guard=guard
+            )
         finally:
             stop_session(spark)
     finally:
+        guard.release()
         lifecycle.restore_signal_handlers()
     log.info("%s", report.line())
     return 0

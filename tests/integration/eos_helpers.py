@@ -83,3 +83,24 @@ def per_key_order_kept(records: list[ReadRecord]) -> bool:
             return False
         last[k] = seq
     return True
+
+
+def group_offsets(
+    bootstrap: str, group: str, topic: str, partitions: int
+) -> dict[int, tuple[int, str | None]]:
+    """`{partition: (committed offset, metadata)}` of `group` on `topic` (stable reads)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "log_level": 3,
+        }
+    )
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        return {tp.partition: (tp.offset, tp.metadata) for tp in found}
+    finally:
+        consumer.close()

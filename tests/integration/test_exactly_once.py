@@ -173,37 +173,53 @@ def test_replay_of_the_same_offsets_is_byte_identical(
     assert outputs[0] and outputs[0] == outputs[1]
 
 
-def test_second_instance_fences_the_first(
+def test_one_instance_per_app_a_second_start_is_refused_and_a_takeover_hands_over(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
+    """A second `run` of a running app is refused before Spark starts, with one line naming the running instance,
+    and the first keeps going; `run --takeover` makes the first stop cleanly between epochs (exit 0) and carries
+    on from there; the output is exact."""
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
-    inputs = eos.events(2000)
+    inputs = eos.events(3000)
     feed(bs, src, inputs, 2)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=100)
-    env = {**os.environ, **FAULT}
-    # The log goes to a file: an unread pipe fills up and blocks the job's writes (and the job with them).
-    log_path = tmp_path / "first.log"
+    log_path = tmp_path / "first.log"  # a file: an unread pipe fills up and blocks the job
     first = subprocess.Popen(
         [sys.executable, "-m", "ethereal_kafka.cli", "run", str(files.job)],
         stdout=log_path.open("w"),
         stderr=subprocess.STDOUT,
-        env=env,
+        env={**os.environ, **FAULT},
         start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not output(bs, dst):
-            time.sleep(1)
-        second = _run(files.job, env=FAULT)
-        assert second.returncode == 0, second.stderr[-3000:]
-        code = first.wait(timeout=120)
+        while time.monotonic() < deadline and len(output(bs, dst)) < 100:
+            assert first.poll() is None, log_path.read_text()[-3000:]
+            time.sleep(0.5)
+        began = time.monotonic()
+        refused = _run(files.job)
+        refused_s = time.monotonic() - began
+        last = refused.stderr.strip().splitlines()[-1]
+        assert refused.returncode == 1, refused.stderr[-3000:]
+        assert last.startswith(f"error: app {files.app_id} is already running: instance "), last
+        assert f"(pid {first.pid})" in last and " since " in last and "--takeover" in last, last
+        assert "Traceback" not in refused.stderr and "SparkContext" not in refused.stderr
+        before = len(output(bs, dst))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(output(bs, dst)) == before:
+            time.sleep(0.5)
+        assert first.poll() is None and len(output(bs, dst)) > before, "the first instance kept going"
+        took_over = _run(files.job, "--takeover", env=FAULT)
+        assert took_over.returncode == 0, took_over.stderr[-3000:]
+        code = first.wait(timeout=60)
     finally:
         if first.poll() is None:
             os.killpg(first.pid, 9)
     log = log_path.read_text(errors="replace")
-    assert code != 0, "the fenced first instance must stop with an error"
-    assert "took over" in log
+    print(f"second start refused in {refused_s:.1f}s: {last}")
+    assert code == 0, log[-3000:]
+    assert "stopped on takeover: graceful" in log and "handed over to instance" in log, log[-3000:]
     cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
     assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
 
