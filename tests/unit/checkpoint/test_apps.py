@@ -72,7 +72,8 @@ def test_a_held_run_lock_makes_replay_refuse_until_released() -> None:
         pass
 
 
-def test_one_instance_holds_the_lock_and_a_starting_one_can_tell_a_replay_from_it(home: Path) -> None:
+def _instance_holding_the_lock(home: Path) -> subprocess.Popen[str]:
+    """A child process that holds the app's run lock (as a running instance does) until killed."""
     script = textwrap.dedent(
         """
         import sys, time
@@ -87,8 +88,13 @@ def test_one_instance_holds_the_lock_and_a_starting_one_can_tell_a_replay_from_i
         text=True,
         env={**os.environ, "ETHEREAL_KAFKA_HOME": str(home)},
     )
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_one_instance_holds_the_lock_and_a_starting_one_can_tell_a_replay_from_it(home: Path) -> None:
+    child = _instance_holding_the_lock(home)
     try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "held"
         assert not apps.try_run_lock("shop"), "a second instance does not get the lock"
         assert not apps.replay_in_progress("shop"), "and sees an instance, not a replay, holding it"
     finally:
@@ -102,23 +108,8 @@ def test_one_instance_holds_the_lock_and_a_starting_one_can_tell_a_replay_from_i
 
 
 def test_a_killed_instance_leaves_no_stale_lock(home: Path) -> None:
-    script = textwrap.dedent(
-        """
-        import sys, time
-        from ethereal_kafka.checkpoint.apps import try_run_lock
-        assert try_run_lock("shop")
-        print("held", flush=True)
-        time.sleep(60)
-        """
-    )
-    child = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "ETHEREAL_KAFKA_HOME": str(home)},
-    )
+    child = _instance_holding_the_lock(home)
     try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "held"
         with pytest.raises(AppRunningError), apps.exclusive_run_lock("shop"):
             pass
         child.send_signal(signal.SIGKILL)
