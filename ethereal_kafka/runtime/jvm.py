@@ -30,6 +30,8 @@ from ethereal_kafka.errors import SparkSetupError
 log = logging.getLogger(__name__)
 
 OPTIONS_KEY = "spark.driver.extraJavaOptions"
+#: Archives kept in the cache (each virtualenv has its own Spark classpath, hence its own archive of ~180 MB).
+KEEP_ARCHIVES = 3
 #: Set to `0` to start sessions without the archive (to compare, or to rule it out).
 ENV_SWITCH = "ETHEREAL_KAFKA_SPARK_CDS"
 
@@ -104,6 +106,7 @@ def build_archive(timeout_s: float = 600.0) -> Path:
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
         raise SparkSetupError(f"building the Spark class archive failed: {last[0]}")
     os.replace(partial, target)
+    _prune(target.parent, keep=target)
     log.info(
         "Spark class archive %s (%.0f MB) in %.1fs",
         target,
@@ -111,3 +114,13 @@ def build_archive(timeout_s: float = 600.0) -> Path:
         time.monotonic() - began,
     )
     return target
+
+
+def _prune(folder: Path, keep: Path) -> None:
+    """Remove all but the `KEEP_ARCHIVES` newest archives (always keeping `keep`) and stale partial files."""
+    archives = sorted(folder.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in [a for a in archives if a != keep][KEEP_ARCHIVES - 1 :]:
+        old.unlink(missing_ok=True)
+    for partial in folder.glob("*.partial"):
+        if time.time() - partial.stat().st_mtime > 3600:
+            partial.unlink(missing_ok=True)
