@@ -50,7 +50,7 @@ def test_stateless_map_filter_survives_kills(
     src, dst = topic_factory(partitions=3), topic_factory(partitions=3)
     inputs = eos.events(4000)
     feed(bs, src, inputs, 3)
-    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=200)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=100)
     run = run_with_kills(files.job, KILLS, seed=11, env=FAULT, log=tmp_path / "crash.log")
     print("\n".join(run.landed))
     got = output(bs, dst)
@@ -69,7 +69,7 @@ def test_keyed_running_aggregate_survives_kills(
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
     inputs = eos.events(3000)
     feed(bs, src, inputs, 2)
-    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=200)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=80)
     run = run_with_kills(files.job, KILLS, seed=23, env=FAULT, log=tmp_path / "crash.log")
     print("\n".join(run.landed))
     updates = [json.loads(r.value or b"") for r in output(bs, dst)]
@@ -106,7 +106,7 @@ def test_windowed_count_survives_kills(
         from ethereal_kafka.testing.kafka_io import produce
 
         produce(bs, src, [(k, v)], partition=p)
-    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:windowed_count", max_records=200)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:windowed_count", max_records=80)
     run = run_with_kills(files.job, KILLS, seed=37, env=FAULT, log=tmp_path / "crash.log")
     print("\n".join(run.landed))
     got = [json.loads(r.value or b"") for r in output(bs, dst)]
