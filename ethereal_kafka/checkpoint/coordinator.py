@@ -53,6 +53,7 @@ from ethereal_kafka.connectors.kafka.epoch_write import (
 from ethereal_kafka.connectors.kafka.errors import FencedError
 from ethereal_kafka.connectors.kafka.markers import EpochMarker, OwnerClaim
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
+from ethereal_kafka.connectors.kafka.source import initial_offsets_file
 from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns, check_same_cluster
 from ethereal_kafka.connectors.kafka.transactional import RESULT_SCHEMA, write_task
 from ethereal_kafka.errors import ConfigError
@@ -579,7 +580,7 @@ class EpochWriter:
         if epoch == 0:
             for source in self.coordinator.query_sources(self.sink):
                 pinned = Path(
-                    f"{source.checkpoint_location}/ethereal-kafka/initial-offsets-{source.name}.json"
+                    f"{source.checkpoint_location}/ethereal-kafka/{initial_offsets_file(source)}"
                 )
                 if source.checkpoint_location and pinned.exists():
                     previous.append(json.loads(pinned.read_text(encoding="utf-8")))

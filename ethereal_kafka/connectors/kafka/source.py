@@ -59,6 +59,12 @@ from ethereal_kafka.connectors.table_pins import (
 )
 
 
+def initial_offsets_file(config: KafkaSourceConfig) -> str:
+    """The name of the file pinning a source's initial offsets in `<checkpoint>/sources/ethereal-kafka/`: one per
+    source and consumer group, so queries reading one source with their own groups pin their own."""
+    return f"initial-offsets-{config.name}@{config.group}.json"
+
+
 @dataclass(frozen=True)
 class KafkaInputPartition(InputPartition):
     """One Spark input partition: offsets `[start, until)` of one Kafka partition (and the epoch's table pins)."""
@@ -150,11 +156,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _pinned_initial_path(self) -> Path | None:
         if not self.config.checkpoint_location:
             return None
-        return (
-            Path(self.config.checkpoint_location)
-            / "ethereal-kafka"
-            / f"initial-offsets-{self.config.name}.json"
-        )
+        return Path(self.config.checkpoint_location) / "ethereal-kafka" / initial_offsets_file(self.config)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """`ReadMaxRows(max.records.per.epoch)`, or everything available when it is 0."""
