@@ -27,6 +27,7 @@ from confluent_kafka.admin import ConfigResource, NewTopic
 
 from ethereal_kafka.checkpoint.errors import RecoveryError
 from ethereal_kafka.checkpoint.gate import EpochGate
+from ethereal_kafka.checkpoint.layout import WriteLayout, check_layout, read_layout, record_layout
 from ethereal_kafka.checkpoint.ownership import describe, read_claim, write_claim
 from ethereal_kafka.checkpoint.spark_log import (
     CheckpointLogError,
@@ -43,6 +44,7 @@ from ethereal_kafka.connectors.kafka.clients import (
     transactional_producer,
     with_retries,
 )
+from ethereal_kafka.connectors.kafka.epoch_bounds import check_bounds_fit
 from ethereal_kafka.connectors.kafka.epoch_write import (
     SINK_INDEX_COLUMN,
     EpochWrite,
@@ -53,8 +55,8 @@ from ethereal_kafka.connectors.kafka.epoch_write import (
 from ethereal_kafka.connectors.kafka.errors import FencedError
 from ethereal_kafka.connectors.kafka.markers import EpochMarker, OwnerClaim
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
-from ethereal_kafka.connectors.kafka.source import initial_offsets_file
 from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns, check_same_cluster
+from ethereal_kafka.connectors.kafka.source import initial_offsets_file
 from ethereal_kafka.connectors.kafka.transactional import RESULT_SCHEMA, write_task
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.plan.classify import PARTITION_PRESERVING, SHUFFLING
@@ -184,10 +186,28 @@ class CheckpointCoordinator:
             if shape.stateful and not replaying and not has_progress(self.location(name)):
                 self._refuse_if_ran_before(name)
         self._check_transaction_timeout()
+        self._check_layouts()
         self._ensure_progress_topic()
         self._claim()
         if self.settings.guarantee == EXACTLY_ONCE:
             self._fence_pool()
+
+    def _check_layouts(self) -> None:
+        """Record each shuffling query's write layout at its first start; refuse a start with another one
+        (`checkpoint.layout`). Raises ConfigError."""
+        if self.settings.guarantee != EXACTLY_ONCE:
+            return
+        for name, shape in self.shapes.items():
+            if shape.mode != SHUFFLING or "://" in self.settings.checkpoint_root:
+                continue
+            current = WriteLayout(
+                self.settings.sink_tasks, {s.name: self.output_partitions(s.name) for s in shape.sinks}
+            )
+            recorded = read_layout(self.location(name))
+            if recorded is None:
+                record_layout(self.location(name), current)
+            else:
+                check_layout(name, recorded, current)
 
     def query_sources(self, query: str) -> list[KafkaSourceConfig]:
         """The sources `query` reads (its own configs when it has them, else every source of the job)."""
@@ -227,6 +247,7 @@ class CheckpointCoordinator:
             raise ConfigError(
                 f"transaction.timeout.ms={timeout} is shorter than the epoch interval {self.settings.epoch_interval_ms}"
             )
+        check_bounds_fit(self.sources.values(), timeout, self.settings.epoch_interval_ms)
         admin = admin_client(self.bootstrap, self.passthrough)
         brokers = cluster_metadata(admin, self.bootstrap).brokers
         resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
@@ -579,9 +600,7 @@ class EpochWriter:
             previous = []
         if epoch == 0:
             for source in self.coordinator.query_sources(self.sink):
-                pinned = Path(
-                    f"{source.checkpoint_location}/ethereal-kafka/{initial_offsets_file(source)}"
-                )
+                pinned = Path(f"{source.checkpoint_location}/ethereal-kafka/{initial_offsets_file(source)}")
                 if source.checkpoint_location and pinned.exists():
                     previous.append(json.loads(pinned.read_text(encoding="utf-8")))
         for offsets in previous:

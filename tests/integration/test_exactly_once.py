@@ -16,10 +16,13 @@ import pytest
 
 from ethereal_kafka.checkpoint.errors import RecoveryError
 from ethereal_kafka.checkpoint.history import CheckpointHistory
+from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare, run_with_kills
+from ethereal_kafka.testing.epochs import read_epochs
 from ethereal_kafka.testing.jobs import JobRun
+from ethereal_kafka.testing.kafka_io import add_partitions
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.eos_helpers import feed, output, pairs, per_key_order_kept, write_job
 
@@ -149,6 +152,60 @@ def test_epoch_outliving_the_transaction_timeout_is_aborted_and_redone(
     with CheckpointHistory(files.app_id, read_only=True) as history:
         epochs = history.records()
     assert epochs and all(e.outcome == "committed" for e in epochs)
+
+
+def test_exactly_once_epochs_are_bounded_by_default(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """With no max.records.per.epoch, an exactly-once job still reads a backlog in epochs small enough to commit
+    within its transaction timeout (here 5 s: at most 4800 records); it used to log the whole backlog as one."""
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(10_000)
+    feed(bs, src, inputs, 2)
+    files = write_job(
+        tmp_path,
+        bs,
+        src,
+        dst,
+        "ethereal_kafka.examples.eos:stateless",
+        max_records=0,
+        extra_job="transaction.timeout.ms=5000\n",
+    )
+    run_job(files.job)
+    sizes = []
+    previous: dict[tuple[str, int], int] = {}
+    for epoch in read_epochs(files.checkpoint / "out"):
+        (ends,) = epoch.ends
+        sizes.append(sum(o - previous.get(tp, 0) for tp, o in ends.items()))
+        previous = ends
+    print(f"epoch sizes: {sizes}")
+    assert sum(sizes) == len(inputs) and len(sizes) >= 3 and max(sizes) <= 4800, sizes
+    cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
+    assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
+
+
+def test_a_changed_write_layout_is_refused_at_start(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """A shuffling job restarted with another sink.tasks, or after its output topic gained partitions, would send a
+    replayed epoch's rows to tasks whose markers skip them: the start is refused, naming the change."""
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    feed(bs, src, eos.events(300), 2)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=150)
+    run_job(files.job)
+    text = files.job.read_text()
+    files.job.write_text(text.replace("sink.tasks=2", "sink.tasks=3"))
+    refused = run_job(files.job, check=False)
+    assert isinstance(refused.error, ConfigError), refused.error
+    assert "query out: sink.tasks 2 -> 3 since its checkpoint was made" in str(refused.error)
+    assert "Rescaling" in str(refused.error)
+    files.job.write_text(text)
+    add_partitions(bs, dst, 3)
+    refused = run_job(files.job, check=False)
+    assert isinstance(refused.error, ConfigError), refused.error
+    assert "sink out's topic partitions 2 -> 3" in str(refused.error)
 
 
 def test_replay_of_the_same_offsets_is_byte_identical(

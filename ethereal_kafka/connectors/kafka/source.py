@@ -36,7 +36,8 @@ from pyspark.sql.types import StructType
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import consumer_config
-from ethereal_kafka.connectors.kafka.decoding import SourceLayout, decode_batches
+from ethereal_kafka.connectors.kafka.decoding import DecodeStats, SourceLayout, decode_batches
+from ethereal_kafka.connectors.kafka.epoch_bounds import measured, records_bound
 from ethereal_kafka.connectors.kafka.offsets import (
     SourceOffset,
     TopicPartitionKey,
@@ -57,6 +58,9 @@ from ethereal_kafka.connectors.table_pins import (
     pins_of,
     topics_only,
 )
+
+#: The row limit of a source bounded by bytes only (the byte budget then sets each epoch's bound).
+_UNLIMITED_ROWS = 2**31 - 1
 
 
 def initial_offsets_file(config: KafkaSourceConfig) -> str:
@@ -159,9 +163,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return Path(self.config.checkpoint_location) / "ethereal-kafka" / initial_offsets_file(self.config)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """`ReadMaxRows(max.records.per.epoch)`, or everything available when it is 0."""
+        """`ReadMaxRows` when the source has epoch bounds, or everything available when it has none. Spark asks
+        once per query; `latestOffset` applies the bounds as they are at each epoch (the byte budget depends on
+        the record size measured so far)."""
         if self.config.max_records_per_epoch > 0:
             return ReadMaxRows(self.config.max_records_per_epoch)
+        if self.config.max_bytes_per_epoch > 0:
+            return ReadMaxRows(_UNLIMITED_ROWS)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -183,7 +191,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp, off in begin.items():
             latest.setdefault(tp, off)
         if isinstance(limit, ReadMaxRows):
-            latest = limit_offsets(begin, latest, limit.max_rows)
+            # The byte budget turns into fewer records as the measured record size grows: bound again now.
+            bound = records_bound(self.config)
+            latest = limit_offsets(begin, latest, min(limit.max_rows, bound) if bound > 0 else limit.max_rows)
         if not self.config.pin_tables:
             return from_flat(latest)
         if self._pinner is None:
@@ -241,9 +251,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tally = ReadTally(
             self.config.name, partition.topic, partition.partition, partition.start, partition.until
         )
+
+        def finish(stats: DecodeStats) -> None:
+            tally.publish(stats.dead_lettered, stats.skipped)
+            measured(self.config, tally.records, tally.bytes)
+
         batches = decode_batches(
-            self.layout,
-            (tally.observe(messages_to_batch(chunk)) for chunk in chunks),
-            on_finish=lambda stats: tally.publish(stats.dead_lettered, stats.skipped),
+            self.layout, (tally.observe(messages_to_batch(chunk)) for chunk in chunks), on_finish=finish
         )
         yield from add_pins_column(batches, partition.pins) if self.config.pin_tables else batches
