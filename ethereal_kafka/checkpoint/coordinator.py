@@ -681,6 +681,11 @@ class EpochWriter:
         return out
 
 
+#: Columns giving a row's place in its key's order, best first: a framework operator's emission sequence, the
+#: source position a DataStream element carries, or a DataFrame's `offset` column.
+_POSITIONS: tuple[tuple[str, ...], ...] = (("__seq",), ("__part", "__off"), ("offset",))
+
+
 def _hash_partitioned(batch: DataFrame, tasks: int, sinks: list[tuple[str, int | None]]) -> DataFrame:
     """Rows over exactly `tasks` Spark partitions, sorted inside each, so what reaches sink task p on a replay is
     what reached it the first time, in the same order.
@@ -721,4 +726,9 @@ def _hash_partitioned(batch: DataFrame, tasks: int, sinks: list[tuple[str, int |
     else:
         by = [key_column if key_column in frame.columns else orderable[0]]
     first = [c for c in by if c in orderable]
-    return frame.repartition(tasks, *by).sortWithinPartitions(*first, *[c for c in orderable if c not in by])
+    # Within a key, rows keep the order they were emitted or read in (a framework operator's `__seq`, else the
+    # source position), not the order of their values; the other columns only break ties, for determinism.
+    key_first = [c for c in (key_column,) if c in orderable and c not in first]
+    position = next((cols for cols in _POSITIONS if all(c in orderable for c in cols)), ())
+    then = [*first, *key_first, *[c for c in position if c not in first]]
+    return frame.repartition(tasks, *by).sortWithinPartitions(*then, *[c for c in orderable if c not in then])
