@@ -414,6 +414,33 @@ class CheckpointCoordinator:
                     lambda c=consumer, o=tps: c.commit(offsets=o, asynchronous=False),  # type: ignore[misc]
                 )
 
+    def offsets_committed(
+        self, ends: list[dict[str, dict[str, int]]], checkpoint: str, epoch: int, query: str
+    ) -> bool:
+        """True when a source group of `query` holds a marker proving `epoch` of this checkpoint committed its
+        offsets (an at-most-once epoch being replayed)."""
+        for source in self.query_sources(query):
+            tps = [
+                TopicPartition(t, int(p))
+                for offsets in ends
+                for t, parts in offsets.items()
+                if self._reads(source, t)
+                for p in parts
+            ]
+            if not tps:
+                continue
+            consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
+            found = with_retries(
+                f"committed offsets of group {source.group}",
+                source.bootstrap_servers,
+                lambda c=consumer, q=tps: c.committed(q, timeout=30),  # type: ignore[misc]
+            )
+            for tp in found:
+                marker = EpochMarker.parse(tp.metadata)
+                if marker is not None and marker.covers(self.settings.app_id, checkpoint, epoch):
+                    return True
+        return False
+
     def _commit_in_transaction(
         self, producer: Producer, consumer: Any, tps: list[TopicPartition], source: KafkaSourceConfig
     ) -> None:
@@ -517,8 +544,13 @@ class EpochWriter:
         self._task_rows = []
         try:
             if guarantee == AT_MOST_ONCE:
-                c.commit_source_offsets(ends, checkpoint, batch_id, self.sink)
-                written = self.plain.write(batch, batch_id)
+                # Offsets first, output after: a replayed epoch whose offsets were committed (its output may have
+                # been written before the crash) writes nothing, so nothing is ever written twice.
+                if c.offsets_committed(ends, checkpoint, batch_id, self.sink):
+                    written, skipped = 0, 1
+                else:
+                    c.commit_source_offsets(ends, checkpoint, batch_id, self.sink)
+                    written = self.plain.write(batch, batch_id)
                 mode = AT_MOST_ONCE
             elif guarantee == AT_LEAST_ONCE:
                 written = self.plain.write(batch, batch_id)

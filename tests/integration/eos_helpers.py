@@ -104,3 +104,14 @@ def group_offsets(
         return {tp.partition: (tp.offset, tp.metadata) for tp in found}
     finally:
         consumer.close()
+
+
+def drop_last_commit(query_checkpoint: Path) -> int:
+    """Remove the last entry of a query's Spark commit log (and its checksum): the state a crash leaves between the
+    Kafka commit of an epoch and Spark's; the next run replays that epoch. Returns the epoch."""
+    commits = sorted((query_checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert len(commits) >= 2, f"{query_checkpoint}: several epochs expected"
+    last = commits[-1]
+    last.unlink()
+    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+    return int(last.name)

@@ -24,7 +24,14 @@ from ethereal_kafka.testing.epochs import read_epochs
 from ethereal_kafka.testing.jobs import JobRun
 from ethereal_kafka.testing.kafka_io import add_partitions
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
-from tests.integration.eos_helpers import feed, output, pairs, per_key_order_kept, write_job
+from tests.integration.eos_helpers import (
+    drop_last_commit,
+    feed,
+    output,
+    pairs,
+    per_key_order_kept,
+    write_job,
+)
 
 KILLS = 10
 FAULT = {
@@ -206,6 +213,31 @@ def test_a_changed_write_layout_is_refused_at_start(
     refused = run_job(files.job, check=False)
     assert isinstance(refused.error, ConfigError), refused.error
     assert "sink out's topic partitions 2 -> 3" in str(refused.error)
+
+
+def test_at_most_once_never_writes_a_replayed_epoch_twice(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """At-most-once commits an epoch's offsets, then writes its output. A crash after the write and before Spark
+    logged the epoch (simulated: its commit-log entry removed) replays it; the replay must not write it again."""
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(400)
+    feed(bs, src, inputs, 2)
+    files = write_job(
+        tmp_path,
+        bs,
+        src,
+        dst,
+        "ethereal_kafka.examples.eos:stateless",
+        max_records=100,
+        guarantee="at-most-once",
+    )
+    run_job(files.job)
+    drop_last_commit(files.checkpoint / "out")
+    run_job(files.job)
+    cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
+    assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
 
 
 def test_replay_of_the_same_offsets_is_byte_identical(
