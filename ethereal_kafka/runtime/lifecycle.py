@@ -131,6 +131,10 @@ class JobLifecycle:
     def install_signal_handlers(self) -> None:
         """Handle SIGTERM and SIGINT until `restore_signal_handlers()`.
 
+        Call it again once the SparkContext is up: PySpark installs its own SIGINT handler (which cancels every
+        job and raises KeyboardInterrupt into py4j calls) when the context starts. Calling again re-asserts this
+        lifecycle's handlers and keeps the handlers of the first call for `restore_signal_handlers()`.
+
         Python only lets the main thread install handlers; from another thread (a job run inside a larger program)
         this does nothing, and `request_stop()` is the way to stop the job.
         """
@@ -138,7 +142,8 @@ class JobLifecycle:
             log.debug("not the main thread: SIGTERM/SIGINT keep their handlers; use request_stop()")
             return
         for signum in (signal.SIGTERM, signal.SIGINT):
-            self._previous[signum] = signal.signal(signum, self._on_signal)
+            previous = signal.signal(signum, self._on_signal)
+            self._previous.setdefault(signum, previous)
 
     def restore_signal_handlers(self) -> None:
         """Put back the handlers `install_signal_handlers` replaced."""

@@ -343,6 +343,7 @@ def run(
         spark = local_session(
             f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=job_spark_conf(loaded)
         )
+        lifecycle.install_signal_handlers()  # again: PySpark replaced our SIGINT handler as the context started
         try:
             if not launched_by_spark_submit():
                 route_spark_logs(spark, logs)
