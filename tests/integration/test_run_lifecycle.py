@@ -137,6 +137,10 @@ def test_sigterm_ends_the_epoch_in_flight_and_a_restart_is_exact(
     last = [line for line in log.splitlines() if "ethereal-kafka: stopped on SIGTERM" in line]
     assert last and ": graceful in " in last[-1], log[-3000:]
     assert not _our_tracebacks(log), log[-3000:]
+    # A healthy run fences nobody: every sink task attempt has a producer of its own (it used to log librdkafka's
+    # "FATAL ... fenced by a newer instance" whenever Spark moved a task to another Python worker).
+    fenced = [line for line in log.splitlines() if "_FENCED" in line or "|FATAL|" in line]
+    assert not fenced, fenced[:3]
     assert _wait_gone(first.pid) == [], "the first run left Spark processes behind"
     partial = _records(bs, dst)
     assert 0 < len(partial) < len(expected_large(orders)), "SIGTERM should land while input is left"
