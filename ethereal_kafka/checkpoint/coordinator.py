@@ -1,25 +1,24 @@
-"""The checkpoint coordinator (driver side): start-up fencing and recovery checks, and each epoch's write.
+"""The checkpoint coordinator (driver side): start-up checks and fencing, phase two, and the epoch history.
 
-`prepare()` runs once before the queries start: it checks that the job can resume safely, creates the progress
-topic, claims the app for this instance, checks the transaction timeout against the broker, and runs
-`init_transactions` over the whole transactional id pool (fencing zombies and aborting their open transactions).
+`prepare()` runs once before the queries start: it checks that the job can resume safely (recovery, the
+transaction timeout against the epoch bounds and the broker, each shuffling query's write layout), creates the
+progress topic, commits this instance's owner claim, and runs `init_transactions` over the whole transactional id
+pool (fencing zombies and aborting their open transactions).
 
-`EpochWriter` is the `foreachBatch` function of one query (which writes one sink, or several in one transaction per
-task). For epoch N it reads N's end offsets from Spark's offset log, plans the sink tasks, runs them (phase one, `txn_task`), then for shuffling jobs commits the input end offsets to the
-job's consumer group (phase two) and records the epoch in the history. Only when it returns does Spark write its
-commit log, so Kafka is never behind Spark.
+Each query's epochs are written by its `checkpoint.epoch_writer.EpochWriter`, which calls back here for phase two
+(`commit_source_offsets`: the input end offsets, and the epoch's dead letters, in a transaction of the query's
+phase-two producer) and to record the epoch (`record`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -30,10 +29,6 @@ from ethereal_kafka.checkpoint.gate import EpochGate
 from ethereal_kafka.checkpoint.layout import WriteLayout, check_layout, read_layout, record_layout
 from ethereal_kafka.checkpoint.ownership import describe, read_claim, write_claim
 from ethereal_kafka.checkpoint.spark_log import (
-    CheckpointLogError,
-    checkpoint_id,
-    epoch_end_offsets,
-    epoch_watermark_ms,
     has_progress,
 )
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
@@ -44,26 +39,27 @@ from ethereal_kafka.connectors.kafka.clients import (
     transactional_producer,
     with_retries,
 )
+from ethereal_kafka.connectors.kafka.dead_letters import (
+    DEAD_LETTERS_ACCUMULATOR_ID,
+    DeadLetter,
+    DeadLetterReport,
+    unique,
+)
+from ethereal_kafka.connectors.kafka.encoding import OutRecord
 from ethereal_kafka.connectors.kafka.epoch_bounds import check_bounds_fit
 from ethereal_kafka.connectors.kafka.epoch_write import (
-    SINK_INDEX_COLUMN,
-    EpochWrite,
-    TaskSlot,
     progress_topic,
     transactional_id,
 )
 from ethereal_kafka.connectors.kafka.errors import FencedError
 from ethereal_kafka.connectors.kafka.markers import EpochMarker, OwnerClaim
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
-from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns, check_same_cluster
-from ethereal_kafka.connectors.kafka.source import initial_offsets_file
-from ethereal_kafka.connectors.kafka.transactional import RESULT_SCHEMA, write_task
+from ethereal_kafka.connectors.kafka.read_stats import ReportChannel
+from ethereal_kafka.connectors.kafka.sink import check_same_cluster, send_records
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.plan.classify import PARTITION_PRESERVING, SHUFFLING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from ethereal_kafka.checkpoint.history import EpochRecord, HistoryLog
 
 log = logging.getLogger(__name__)
@@ -145,6 +141,10 @@ class CheckpointCoordinator:
         self.owner = owner or OwnerClaim(uuid.uuid4().hex[:16])
         self.instance_id = self.owner.instance_id
         self._phase_two: dict[str, Producer] = {}
+        self._dead_letters: dict[tuple[str, str, int, int], list[DeadLetter]] = {}
+        self._dead_letter_lock = threading.Lock()
+        self._dead_letter_channel: ReportChannel | None = None
+        self._shuffling_groups: set[str] = set()
         self.shapes: dict[str, QuerySinks] = {}
         self._partitions: dict[str, int | None] = {}
         self.history = history
@@ -191,6 +191,7 @@ class CheckpointCoordinator:
         self._claim()
         if self.settings.guarantee == EXACTLY_ONCE:
             self._fence_pool()
+            self._open_dead_letters()
 
     def _check_layouts(self) -> None:
         """Record each shuffling query's write layout at its first start; refuse a start with another one
@@ -369,16 +370,15 @@ class CheckpointCoordinator:
         the phase-two producers go."""
         if self.history is not None:
             self.history.close()
+        if self._dead_letter_channel is not None:
+            self._dead_letter_channel.close()
+            self._dead_letter_channel = None
         producers, self._phase_two = list(self._phase_two.values()), {}
         for producer in producers:
             with contextlib.suppress(KafkaException):
                 producer.flush(0)
 
     # -- epochs --------------------------------------------------------------------------------------------------
-    def writer(self, query: str) -> EpochWriter:
-        """The `foreachBatch` function of `query`."""
-        return EpochWriter(self, query)
-
     def commit_source_offsets(
         self, ends: list[dict[str, dict[str, int]]], checkpoint: str, epoch: int, query: str | None = None
     ) -> None:
@@ -406,13 +406,62 @@ class CheckpointCoordinator:
                 consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
                 producer = self._phase_two.get(self._phase_two_id(query, source)) if query else None
                 if producer is not None:
-                    self._commit_in_transaction(producer, consumer, tps, source)
+                    letters = self._take_dead_letters(source, tps)
+                    if self._marker_covers(source, tps, checkpoint, epoch):
+                        continue  # a replay of an epoch whose phase two committed: its dead letters too
+                    self._commit_in_transaction(producer, consumer, tps, source, letters)
                     continue
                 with_retries(
                     f"offset commit for group {source.group}",
                     source.bootstrap_servers,
                     lambda c=consumer, o=tps: c.commit(offsets=o, asynchronous=False),  # type: ignore[misc]
                 )
+
+    def _marker_covers(
+        self, source: KafkaSourceConfig, tps: list[TopicPartition], checkpoint: str, epoch: int
+    ) -> bool:
+        """True when `source`'s group already holds the marker of `epoch` of this checkpoint on one of `tps`."""
+        consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
+        query = [TopicPartition(tp.topic, tp.partition) for tp in tps]
+        found = with_retries(
+            f"committed offsets of group {source.group}",
+            source.bootstrap_servers,
+            lambda: consumer.committed(query, timeout=30),
+        )
+        markers = (EpochMarker.parse(tp.metadata) for tp in found)
+        return any(m is not None and m.covers(self.settings.app_id, checkpoint, epoch) for m in markers)
+
+    def _take_dead_letters(self, source: KafkaSourceConfig, tps: list[TopicPartition]) -> list[DeadLetter]:
+        """The dead letters the reads of these ranges (`tps` carry each range's end) reported, once each."""
+        with self._dead_letter_lock:
+            taken = [
+                self._dead_letters.pop((source.group, tp.topic, tp.partition, tp.offset), []) for tp in tps
+            ]
+        return unique(d for letters in taken for d in letters)
+
+    def _on_dead_letters(self, reports: list[DeadLetterReport]) -> None:
+        """Keep what reads of shuffling queries report (the accumulator server's thread); the sink tasks of
+        partition-preserving queries commit their own."""
+        with self._dead_letter_lock:
+            for report in reports:
+                if report.group in self._shuffling_groups:
+                    key = (report.group, report.topic, report.partition, report.until)
+                    self._dead_letters.setdefault(key, []).extend(report.letters)
+
+    def _open_dead_letters(self) -> None:
+        """Listen for dead letters when a shuffling query reads a source with `on.error=dlq` under exactly-once."""
+        self._shuffling_groups = {
+            source.group
+            for name, shape in self.shapes.items()
+            if shape.mode == SHUFFLING
+            for source in self.query_sources(name)
+            if source.on_error == "dlq" and source.dlq_delivery == "epoch"
+        }
+        if self._shuffling_groups and self._dead_letter_channel is None:
+            self._dead_letter_channel = ReportChannel(
+                self._on_dead_letters, DEAD_LETTERS_ACCUMULATOR_ID, DeadLetterReport
+            )
+            self._dead_letter_channel.open()
 
     def offsets_committed(
         self, ends: list[dict[str, dict[str, int]]], checkpoint: str, epoch: int, query: str
@@ -442,11 +491,21 @@ class CheckpointCoordinator:
         return False
 
     def _commit_in_transaction(
-        self, producer: Producer, consumer: Any, tps: list[TopicPartition], source: KafkaSourceConfig
+        self,
+        producer: Producer,
+        consumer: Any,
+        tps: list[TopicPartition],
+        source: KafkaSourceConfig,
+        letters: list[DeadLetter],
     ) -> None:
+        """One transaction of the phase-two producer: the epoch's dead letters of `source` (shuffling queries,
+        `on.error=dlq`), then its end offsets with the marker."""
+        records = [OutRecord(str(source.dlq_topic), None, d.key, d.value, list(d.headers)) for d in letters]
+
         def commit() -> None:
             producer.begin_transaction()
             try:
+                send_records(producer, records, None)
                 producer.send_offsets_to_transaction(tps, consumer.consumer_group_metadata(), 30)
                 producer.commit_transaction(30)
             except KafkaException as exc:
@@ -499,268 +558,3 @@ class CheckpointCoordinator:
                 listener(query, entry, rows)
             except Exception:
                 log.exception("epoch listener failed on epoch %s of %s", entry.epoch, query)
-
-
-class EpochWriter:
-    """`foreachBatch` function of one query under the coordinator (any delivery guarantee)."""
-
-    def __init__(self, coordinator: CheckpointCoordinator, query: str) -> None:
-        self.coordinator = coordinator
-        self.sink = query
-        self.shape = coordinator.shapes[query]
-        self.config = self.shape.sinks[0]
-        self.plain = KafkaSink(self.shape.sinks)
-        self._last_end = 0.0
-        self._task_rows: list[Any] = []  # the current epoch's sink task summary rows (for epoch listeners)
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        """Write epoch `batch_id`; returns only when its output and offsets are committed.
-
-        Raises:
-            EpochRefusedError: the job is stopping (`coordinator.gate` is closed); nothing was written.
-        """
-        c = self.coordinator
-        pause = c.settings.min_pause_ms / 1000 - (time.monotonic() - self._last_end)
-        if self._last_end and pause > 0:
-            c.gate.pause(pause)
-        try:
-            with c.gate.epoch(self.sink, batch_id):
-                self._write(batch, batch_id)
-        finally:
-            self._last_end = time.monotonic()
-
-    def _write(self, batch: DataFrame, batch_id: int) -> None:
-        c = self.coordinator
-        began = time.time()
-        location = c.location(self.sink)
-        checkpoint = checkpoint_id(location)
-        ends = epoch_end_offsets(location, batch_id)
-        c.check_owner()
-        for config in self.shape.sinks:
-            check_columns(config, batch)
-        shape = self.shape
-        guarantee = c.settings.guarantee
-        tasks = skipped = 0
-        self._task_rows = []
-        try:
-            if guarantee == AT_MOST_ONCE:
-                # Offsets first, output after: a replayed epoch whose offsets were committed (its output may have
-                # been written before the crash) writes nothing, so nothing is ever written twice.
-                if c.offsets_committed(ends, checkpoint, batch_id, self.sink):
-                    written, skipped = 0, 1
-                else:
-                    c.commit_source_offsets(ends, checkpoint, batch_id, self.sink)
-                    written = self.plain.write(batch, batch_id)
-                mode = AT_MOST_ONCE
-            elif guarantee == AT_LEAST_ONCE:
-                written = self.plain.write(batch, batch_id)
-                c.commit_source_offsets(ends, checkpoint, batch_id, self.sink)
-                mode = AT_LEAST_ONCE
-            else:
-                mode = shape.mode
-                written, tasks, skipped = self._exactly_once(batch, batch_id, checkpoint, ends)
-                if mode == SHUFFLING:
-                    c.commit_source_offsets(ends, checkpoint, batch_id, self.sink)
-        except Exception as exc:
-            c.record(
-                self._entry(
-                    checkpoint, batch_id, shape.mode, ends, 0, tasks, skipped, began, "failed", str(exc)
-                ),
-                self.sink,
-                self._task_rows,
-            )
-            raise
-        c.record(
-            self._entry(checkpoint, batch_id, mode, ends, written, tasks, skipped, began, "committed", None),
-            self.sink,
-            self._task_rows,
-        )
-
-    def _exactly_once(
-        self, batch: DataFrame, batch_id: int, checkpoint: str, ends: list[dict[str, dict[str, int]]]
-    ) -> tuple[int, int, int]:
-        c = self.coordinator
-        shape = self.shape
-        outputs = self.plain.outputs(batch)
-        if shape.mode == PARTITION_PRESERVING:
-            (source,) = c.query_sources(self.sink)
-            inputs = sorted(
-                (t, int(p), int(o))
-                for offsets in ends
-                for t, parts in offsets.items()
-                for p, o in parts.items()
-            )
-            slots = tuple(TaskSlot(f"{t}-{p}", source.group, t, p, o) for t, p, o in inputs)
-            frame = batch  # one Spark partition per input partition: a task past the slots refuses to write
-        else:
-            tasks = c.settings.sink_tasks
-            group = f"{c.settings.app_id}.ethereal-progress.{self.sink}"
-            topic = progress_topic(c.settings.app_id)
-            slots = tuple(TaskSlot(str(p), group, topic, p, batch_id + 1) for p in range(tasks))
-            frame = _hash_partitioned(
-                batch, tasks, [(s.key_column, c.output_partitions(s.name)) for s in shape.sinks]
-            )
-        write = EpochWrite(
-            app_id=c.settings.app_id,
-            instance_id=c.instance_id,
-            checkpoint_id=checkpoint,
-            epoch=batch_id,
-            query=self.sink,
-            outputs=outputs,
-            slots=slots,
-            transaction_timeout_ms=c.settings.transaction_timeout_ms,
-        )
-        rows = frame.mapInArrow(lambda it: write_task(write, it), RESULT_SCHEMA).collect()
-        self._task_rows = rows
-        ran = sorted(int(r["task"]) for r in rows)
-        if ran != list(range(len(slots))):
-            raise RecoveryError(
-                f"sink {self.sink}: epoch {batch_id} ran sink tasks {ran} for {len(slots)} slot(s); each slot "
-                "needs exactly one Spark partition (a partition-preserving job keeps one per Kafka partition)"
-            )
-        written = sum(int(r["records"]) for r in rows)
-        skipped = sum(int(r["skipped"]) for r in rows)
-        return written, len(rows), skipped
-
-    def _start_offsets(self, epoch: int) -> dict[str, dict[str, int]]:
-        """Start offsets of `epoch`: the previous epoch's end offsets, or the pinned initial offsets ({} if none)."""
-        location = self.coordinator.location(self.sink)
-        merged: dict[str, dict[str, int]] = {}
-        try:
-            previous = epoch_end_offsets(location, epoch - 1) if epoch > 0 else []
-        except CheckpointLogError:
-            previous = []
-        if epoch == 0:
-            for source in self.coordinator.query_sources(self.sink):
-                pinned = Path(f"{source.checkpoint_location}/ethereal-kafka/{initial_offsets_file(source)}")
-                if source.checkpoint_location and pinned.exists():
-                    previous.append(json.loads(pinned.read_text(encoding="utf-8")))
-        for offsets in previous:
-            for topic, parts in offsets.items():
-                merged.setdefault(topic, {}).update({str(p): int(o) for p, o in parts.items()})
-        return merged
-
-    def _entry(
-        self,
-        checkpoint: str,
-        epoch: int,
-        mode: str,
-        ends: list[dict[str, dict[str, int]]],
-        written: int,
-        tasks: int,
-        skipped: int,
-        began: float,
-        outcome: str,
-        error: str | None,
-    ) -> EpochRecord:
-        from ethereal_kafka.checkpoint.history import EpochRecord
-
-        merged: dict[str, dict[str, int]] = {}
-        for offsets in ends:
-            for topic, parts in offsets.items():
-                merged.setdefault(topic, {}).update(parts)
-        starts = self._start_offsets(epoch)
-        records_in = (
-            sum(
-                max(0, o - starts.get(t, {}).get(p, o))
-                for t, parts in merged.items()
-                for p, o in parts.items()
-            )
-            if starts
-            else -1
-        )
-        committed = outcome == "committed"
-        rows = [r for r in self._task_rows if not int(r["skipped"])]
-        commits = [float(r["commit_ms"]) for r in rows if r["commit_ms"] is not None]
-        app_id = self.coordinator.settings.app_id
-        return EpochRecord(
-            app_id=app_id,
-            checkpoint_id=checkpoint,
-            epoch=epoch,
-            mode=mode,
-            start_offsets=starts,
-            end_offsets=merged,
-            records_in=records_in,
-            records_out=written,
-            tasks=tasks,
-            skipped_tasks=skipped,
-            started_ms=int(began * 1000),
-            duration_ms=int((time.time() - began) * 1000),
-            outcome=outcome,
-            error=error,
-            query=self.sink,
-            watermark_ms=epoch_watermark_ms(self.coordinator.location(self.sink), epoch),
-            commit_ms=max(commits) if commits else None,
-            txn_aborts=sum(max(0, int(r["attempts"] or 1) - 1) for r in rows),
-            marker=EpochMarker(app_id, checkpoint, epoch).render() if committed else None,
-            marker_offsets=self._marker_offsets(mode, epoch, merged) if committed else {},
-        )
-
-    def _marker_offsets(
-        self, mode: str, epoch: int, ends: dict[str, dict[str, int]]
-    ) -> dict[str, dict[str, dict[str, int]]]:
-        """Where epoch `epoch`'s marker was committed: per consumer group, `{topic: {partition: offset}}`."""
-        c = self.coordinator
-        out: dict[str, dict[str, dict[str, int]]] = {}
-        if mode == SHUFFLING:
-            group = f"{c.settings.app_id}.ethereal-progress.{self.sink}"
-            slots = {str(p): epoch + 1 for p in range(c.settings.sink_tasks)}
-            out[group] = {progress_topic(c.settings.app_id): slots}
-        for source in c.query_sources(self.sink):
-            read = {t: dict(parts) for t, parts in ends.items() if c._reads(source, t)}
-            if read:
-                out.setdefault(source.group, {}).update(read)
-        return out
-
-
-#: Columns giving a row's place in its key's order, best first: a framework operator's emission sequence, the
-#: source position a DataStream element carries, or a DataFrame's `offset` column.
-_POSITIONS: tuple[tuple[str, ...], ...] = (("__seq",), ("__part", "__off"), ("offset",))
-
-
-def _hash_partitioned(batch: DataFrame, tasks: int, sinks: list[tuple[str, int | None]]) -> DataFrame:
-    """Rows over exactly `tasks` Spark partitions, sorted inside each, so what reaches sink task p on a replay is
-    what reached it the first time, in the same order.
-
-    Args:
-        sinks: Per sink of the query (in `__sink` index order), its key column and its fixed topic's partition
-            count (None when rows name their topic).
-
-    With fixed sink topics (and no `partition` column of the user's), each row's Kafka partition is computed here
-    from its key (Spark's murmur3 `hash`) and rows are grouped by (sink, partition): every Kafka partition is
-    written by exactly one task, and epochs commit in order, so each output partition receives the same records
-    in the same order on every replay.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, MapType
-
-    frame = batch
-    multi = len(sinks) > 1 and SINK_INDEX_COLUMN in frame.columns
-    if "partition" not in frame.columns:
-        choices = [
-            (i, F.pmod(F.hash(F.col(key)), F.lit(count)))
-            for i, (key, count) in enumerate(sinks)
-            if count and key in frame.columns
-        ]
-        if multi and choices:
-            expr = None
-            for i, chosen in choices:
-                expr = (F if expr is None else expr).when(F.col(SINK_INDEX_COLUMN) == i, chosen)
-            frame = frame.withColumn("partition", expr)  # type: ignore[arg-type]
-        elif not multi and choices:
-            frame = frame.withColumn("partition", choices[0][1])
-    orderable = [f.name for f in frame.schema.fields if not isinstance(f.dataType, MapType | ArrayType)]
-    key_column = sinks[0][0]
-    if "partition" in frame.columns:
-        by = [SINK_INDEX_COLUMN, "partition"] if multi else ["partition"]
-    elif multi:
-        by = [SINK_INDEX_COLUMN]
-    else:
-        by = [key_column if key_column in frame.columns else orderable[0]]
-    first = [c for c in by if c in orderable]
-    # Within a key, rows keep the order they were emitted or read in (a framework operator's `__seq`, else the
-    # source position), not the order of their values; the other columns only break ties, for determinism.
-    key_first = [c for c in (key_column,) if c in orderable and c not in first]
-    position = next((cols for cols in _POSITIONS if all(c in orderable for c in cols)), ())
-    then = [*first, *key_first, *[c for c in position if c not in first]]
-    return frame.repartition(tasks, *by).sortWithinPartitions(*then, *[c for c in orderable if c not in then])

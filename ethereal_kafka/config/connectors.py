@@ -110,6 +110,13 @@ class KafkaSourceConfig(SerdeSettings):
     )
     on_error: str = setting("fail", key="on.error", choices=ERROR_POLICIES, doc="poison record policy")
     dlq_topic: str | None = setting(None, key="dlq.topic", doc="dead-letter topic (policy dlq)")
+    dlq_delivery: str = setting(
+        "producer",
+        key="dlq.delivery",
+        choices=("producer", "epoch"),
+        doc="set by the job runner: dead letters sent by the read task (producer), or committed with their epoch "
+        "under exactly-once (epoch)",
+    )
     pin_tables: str | None = setting(
         None,
         key="pin.tables",

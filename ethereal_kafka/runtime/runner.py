@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ethereal_kafka.checkpoint.apps import record_run
 from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, QuerySinks
+from ethereal_kafka.checkpoint.epoch_writer import EpochWriter
 from ethereal_kafka.checkpoint.history import HistoryLog
 from ethereal_kafka.checkpoint.ownership import InstanceGuard
 from ethereal_kafka.checkpoint.replay import take_replay_intent
@@ -62,7 +63,8 @@ def job_sources(
     loaded: LoadedJob, fresh: bool, replay_starts: Mapping[str, str] | None = None
 ) -> dict[str, KafkaSourceConfig]:
     """The job's sources as they run: group.id defaults to app.id, initial offsets pinned in the checkpoint, epochs
-    bounded under exactly-once (`epoch_bounds.default_bounds` where a bound is left at 0), and,
+    bounded and dead letters committed with their epoch under exactly-once (`epoch_bounds.default_bounds` where a
+    bound is left at 0; `dead_letters`), and,
     when the checkpoint is fresh, the start positions `ethereal-kafka replay` left (`replay_starts`, per source) or
     else `replay.from` applied."""
     out = {}
@@ -76,6 +78,8 @@ def job_sources(
             changes["max_records_per_epoch"] = max_records
         if exactly_once and conf.max_bytes_per_epoch == 0:
             changes["max_bytes_per_epoch"] = max_bytes
+        if exactly_once:
+            changes["dlq_delivery"] = "epoch"  # dead letters commit with their epoch (`dead_letters`)
         if fresh and replay_starts and name in replay_starts:
             changes["starting_offsets"] = replay_starts[name]
         elif fresh and loaded.job.replay_from:
@@ -203,7 +207,7 @@ def _start(
     queries = {}
     for build in builds:
         writer = (
-            build.frame.writeStream.foreachBatch(coordinator.writer(build.name))
+            build.frame.writeStream.foreachBatch(EpochWriter(coordinator, build.name))
             .queryName(f"{job.app_id}-{build.name}")
             .option("checkpointLocation", coordinator.location(build.name))
             .outputMode(build.output_mode)

@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_committed
+from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_all, read_committed
 
 
 @dataclass(frozen=True)
@@ -115,3 +115,50 @@ def drop_last_commit(query_checkpoint: Path) -> int:
     last.unlink()
     (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
     return int(last.name)
+
+
+POISON_VALUE = b"{not json"
+
+
+def add_poison(bootstrap: str, topic: str, partitions: int, count: int) -> None:
+    """Produce `count` records whose value is not JSON, spread over the partitions (keys k<n> as `feed`'s)."""
+    records = [(f"k{i % 13}".encode(), POISON_VALUE + str(i).encode()) for i in range(count)]
+    feed(bootstrap, topic, records, partitions)
+
+
+def dead_letter_job(files: JobFiles, dlq_topic: str) -> None:
+    """Make the job's source decode values as JSON and send poison records to `dlq_topic` (`on.error=dlq`)."""
+    with (files.job.parent / "source.properties").open("a") as source:
+        source.write(
+            f"value.format=json\nvalue.schema=id bigint, amount bigint\non.error=dlq\ndlq.topic={dlq_topic}\n"
+        )
+
+
+def check_dead_letters(bootstrap: str, source_topic: str, dlq_topic: str) -> str:
+    """Every poison record of `source_topic` is on `dlq_topic` exactly once, naming its origin; returns a summary.
+
+    Raises:
+        AssertionError: a poison record is missing, repeated, or a dead letter names no poison record.
+    """
+    from collections import Counter
+
+    poison = {
+        (r.partition, r.offset)
+        for r in read_all(bootstrap, source_topic)
+        if (r.value or b"").startswith(POISON_VALUE)
+    }
+    seen: Counter[tuple[int, int]] = Counter()
+    for record in read_committed(bootstrap, dlq_topic, timeout_s=30):
+        headers = dict(record.headers or [])
+        assert headers.get("ethereal.source.topic") == source_topic.encode(), headers
+        seen[
+            (
+                int(headers["ethereal.source.partition"] or b"-1"),
+                int(headers["ethereal.source.offset"] or b"-1"),
+            )
+        ] += 1
+    duplicates = sum(n - 1 for n in seen.values() if n > 1)
+    lost = len(poison - set(seen))
+    unexpected = len(set(seen) - poison)
+    assert poison and (duplicates, lost, unexpected) == (0, 0, 0), (len(poison), duplicates, lost, unexpected)
+    return f"dead letters={len(poison)} duplicates={duplicates} lost={lost}"

@@ -21,7 +21,13 @@ def _coordinator(
     bootstrap: str, app: str, source_topic: str, sink_topic: str, root: Path, instance: str
 ) -> tuple[CheckpointCoordinator, KafkaSourceConfig]:
     source = KafkaSourceConfig.from_properties(
-        {"name": "events", "bootstrap.servers": bootstrap, "topics": source_topic, "group.id": app},
+        {
+            "name": "events",
+            "bootstrap.servers": bootstrap,
+            "topics": source_topic,
+            "group.id": app,
+            "max.records.per.epoch": 1000,
+        },
         source="test",
     )
     sink = KafkaSinkConfig.from_properties(

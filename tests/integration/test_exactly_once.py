@@ -25,6 +25,9 @@ from ethereal_kafka.testing.jobs import JobRun
 from ethereal_kafka.testing.kafka_io import add_partitions
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.eos_helpers import (
+    add_poison,
+    check_dead_letters,
+    dead_letter_job,
     drop_last_commit,
     feed,
     output,
@@ -57,15 +60,21 @@ def test_stateless_map_filter_survives_kills(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
     bs = kafka_cluster.bootstrap
-    src, dst = topic_factory(partitions=3), topic_factory(partitions=3)
+    src, dst, dlq = topic_factory(partitions=3), topic_factory(partitions=3), topic_factory(partitions=1)
     inputs = eos.events(4000)
-    feed(bs, src, inputs, 3)
+    feed(bs, src, inputs[:2000], 3)
+    add_poison(
+        bs, src, 3, 60
+    )  # dead letters commit with their epoch's output, in the sink task's transaction
+    feed(bs, src, inputs[2000:], 3)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=100)
+    dead_letter_job(files, dlq)
     run = run_with_kills(files.job, KILLS, seed=11, env=FAULT, log=tmp_path / "crash.log")
     print("\n".join(run.landed))
     got = output(bs, dst)
     result = compare(eos.stateless_reference(inputs), pairs(got))
     print(result.line(run.kills))
+    print(check_dead_letters(bs, src, dlq))
     assert run.kills >= KILLS
     assert (result.duplicates, result.lost, result.unexpected) == (0, 0, 0)
     assert per_key_order_kept(got)
@@ -76,10 +85,15 @@ def test_keyed_running_aggregate_survives_kills(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
     bs = kafka_cluster.bootstrap
-    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    src, dst, dlq = topic_factory(partitions=2), topic_factory(partitions=2), topic_factory(partitions=1)
     inputs = eos.events(3000)
-    feed(bs, src, inputs, 2)
+    feed(bs, src, inputs[:1500], 2)
+    add_poison(
+        bs, src, 2, 40
+    )  # dead letters commit with the epoch's input offsets, in phase two's transaction
+    feed(bs, src, inputs[1500:], 2)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=80)
+    dead_letter_job(files, dlq)
     run = run_with_kills(files.job, KILLS, seed=23, env=FAULT, log=tmp_path / "crash.log")
     print("\n".join(run.landed))
     updates = [json.loads(r.value or b"") for r in output(bs, dst)]
@@ -90,6 +104,7 @@ def test_keyed_running_aggregate_survives_kills(
     finals = {k: max(c for (key, c) in seen if key == k) for k in {k for k, _ in seen}}
     lost = sum(1 for k, totals in reference.items() if finals.get(k) != len(totals))
     print(f"records={len(updates)} duplicates={duplicates} lost={lost} kills={run.kills}")
+    print(check_dead_letters(bs, src, dlq))
     assert run.kills >= KILLS
     assert (duplicates, lost, wrong) == (0, 0, [])
 
@@ -238,6 +253,30 @@ def test_at_most_once_never_writes_a_replayed_epoch_twice(
     run_job(files.job)
     cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
     assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "pipeline", ["ethereal_kafka.examples.eos:stateless", "ethereal_kafka.examples.eos:running_total"]
+)
+def test_dead_letters_commit_with_their_epoch_and_a_replay_does_not_repeat_them(
+    pipeline: str, kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """Partition-preserving (stateless): a sink task commits the dead letters its read left with the output.
+    Shuffling (running total): phase two commits the epoch's dead letters with its input offsets. Either way an
+    epoch replayed after its Kafka commit (commit-log entry removed) writes them no second time."""
+    bs = kafka_cluster.bootstrap
+    src, dst, dlq = topic_factory(partitions=2), topic_factory(partitions=2), topic_factory(partitions=1)
+    inputs = eos.events(400)
+    feed(bs, src, inputs[:200], 2)
+    add_poison(bs, src, 2, 30)
+    feed(bs, src, inputs[200:], 2)
+    add_poison(bs, src, 2, 10)  # the last epoch has dead letters too: its replay must not repeat them
+    files = write_job(tmp_path, bs, src, dst, pipeline, max_records=120)
+    dead_letter_job(files, dlq)
+    run_job(files.job)
+    drop_last_commit(files.checkpoint / "out")
+    run_job(files.job)
+    print(check_dead_letters(bs, src, dlq))
 
 
 def test_replay_of_the_same_offsets_is_byte_identical(

@@ -5,7 +5,8 @@ on an executor) decodes Arrow batches of raw records. A record whose key or valu
 `on.error`:
 - `fail`: the task raises `SerdeError` naming topic, partition and offset (the query stops);
 - `skip`: dropped and counted;
-- `dlq`: sent, raw, to the dead-letter topic with headers naming the error and its origin, then dropped.
+- `dlq`: sent, raw, to the dead-letter topic with headers naming the error and its origin, then dropped; under
+  exactly-once the dead letters are kept and committed with their epoch instead (`dead_letters`).
 
 Columns: the Kafka columns (`key`, `value`, `topic`, `partition`, `offset`, `timestamp`, `timestamp_type`,
 `headers`); with `string` format `key`/`value` are strings; with `json`/`avro` the raw bytes stay in `key`/`value`
@@ -22,20 +23,10 @@ from confluent_kafka import KafkaError, Message
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import cached_producer, drop_producer, producer_config
+from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter, dead_letters_of
 from ethereal_kafka.connectors.kafka.range_reader import KAFKA_ARROW_SCHEMA
 from ethereal_kafka.errors import ConfigError, KafkaConnectionError
 from ethereal_kafka.serde import Codec, SerdeError, SerdeSpec
-
-#: Header names on dead-letter records.
-DLQ_HEADERS = (
-    "ethereal.error.class",
-    "ethereal.error.message",
-    "ethereal.error.field",
-    "ethereal.source.topic",
-    "ethereal.source.partition",
-    "ethereal.source.offset",
-    "ethereal.source.timestamp",
-)
 
 
 @dataclass(frozen=True)
@@ -109,6 +100,8 @@ class RecordDecoder:
         self.stats = DecodeStats()
         self._dlq_conf = producer_config(self.config.bootstrap_servers, self.config.passthrough)
         self._dlq_failures: list[str] = []
+        #: Dead letters kept for their epoch's commit (`dlq.delivery=epoch`).
+        self.letters: list[DeadLetter] = []
 
     def decode(self, raw: pa.RecordBatch) -> pa.RecordBatch:
         """Decode one batch of `KAFKA_ARROW_SCHEMA` rows into `layout.schema` rows, minus poison records.
@@ -159,40 +152,30 @@ class RecordDecoder:
         if self.config.on_error == "skip":
             self.stats.skipped += len(errors)
             return
+        letters = dead_letters_of(raw, errors)
+        self.stats.dead_lettered += len(letters)
+        if self.config.dlq_delivery == "epoch":
+            self.letters.extend(letters)  # committed with the epoch (see `dead_letters`)
+            return
         producer = cached_producer(self._dlq_conf)
-        timestamps = raw.column("timestamp").cast(pa.int64()).to_pylist()
-        headers = raw.column("headers").to_pylist()
 
         def on_delivery(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
                 self._dlq_failures.append(err.str())
 
-        for row in sorted(errors):
-            error = errors[row]
-            origin = [(h["key"], h["value"]) for h in (headers[row] or [])]
-            meta = (
-                type(error.__cause__ or error).__name__ if error.cause_class is None else error.cause_class,
-                error.message,
-                error.field,
-                str(raw.column("topic")[row].as_py()),
-                str(raw.column("partition")[row].as_py()),
-                str(raw.column("offset")[row].as_py()),
-                str((timestamps[row] or 0) // 1000),
-            )
-            record_headers = origin + [(k, v.encode()) for k, v in zip(DLQ_HEADERS, meta, strict=True)]
+        for letter in letters:
             while True:
                 try:
                     producer.produce(
                         str(self.config.dlq_topic),
-                        key=raw.column("key")[row].as_py(),
-                        value=raw.column("value")[row].as_py(),
-                        headers=record_headers,
+                        key=letter.key,
+                        value=letter.value,
+                        headers=list(letter.headers),
                         on_delivery=on_delivery,
                     )
                     break
                 except BufferError:
                     producer.poll(0.05)
-            self.stats.dead_lettered += 1
         producer.poll(0)
 
     def finish(self) -> DecodeStats:
@@ -201,7 +184,7 @@ class RecordDecoder:
         Raises:
             KafkaConnectionError: a dead-letter record was not acknowledged (the task fails and is retried).
         """
-        if self.stats.dead_lettered:
+        if self.stats.dead_lettered and self.config.dlq_delivery != "epoch":
             producer = cached_producer(self._dlq_conf)
             remaining = producer.flush(60)
             if remaining or self._dlq_failures:
@@ -216,10 +199,10 @@ class RecordDecoder:
 def decode_batches(
     layout: SourceLayout,
     batches: Iterator[pa.RecordBatch],
-    on_finish: Callable[[DecodeStats], None] | None = None,
+    on_finish: Callable[[DecodeStats, list[DeadLetter]], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Decode every raw batch of a task and flush the dead-letter topic at the end; then hand the task's counts to
-    `on_finish` (not called when the task fails)."""
+    """Decode every raw batch of a task and flush the dead-letter topic at the end; then hand the task's counts and
+    the dead letters kept for the epoch (`dlq.delivery=epoch`) to `on_finish` (not called when the task fails)."""
     decoder = layout.build()
     for raw in batches:
         out = decoder.decode(raw)
@@ -227,4 +210,4 @@ def decode_batches(
             yield out
     stats = decoder.finish()
     if on_finish is not None:
-        on_finish(stats)
+        on_finish(stats, decoder.letters)

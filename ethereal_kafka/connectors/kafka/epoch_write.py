@@ -48,6 +48,8 @@ class TaskSlot:
         marker_group: Consumer group that holds the marker.
         marker_topic, marker_partition: The offset the marker is committed to.
         marker_offset: The offset value committed (the input end offset, or `epoch + 1` for progress markers).
+        start_offset: Partition-preserving: the input range's start (with `marker_offset`, the range whose dead
+            letters the task commits; see `dead_letters`); -1 otherwise.
     """
 
     name: str
@@ -55,6 +57,7 @@ class TaskSlot:
     marker_topic: str
     marker_partition: int
     marker_offset: int
+    start_offset: int = -1
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class EpochWrite:
             share one cluster (checked when the query is built), whose connection settings `sink` gives.
         slots: Task i of the epoch's write uses `slots[i]`.
         instance_id: This run of the job; a task that finds another instance's claim stops (FencedError).
+        dead_letter_topic: Partition-preserving under `on.error=dlq`: where the task commits the dead letters the
+            read of its range left (`dead_letters.take`); None otherwise.
     """
 
     app_id: str
@@ -77,6 +82,7 @@ class EpochWrite:
     outputs: tuple[SinkOutput, ...]
     slots: tuple[TaskSlot, ...]
     transaction_timeout_ms: int
+    dead_letter_topic: str | None = None
 
     @property
     def sink(self) -> KafkaSinkConfig:

@@ -138,7 +138,8 @@ class ReadTally:
         """Count one raw batch (records, and bytes of keys and values); returns it unchanged."""
         self.records += raw.num_rows
         for column in ("key", "value"):
-            self.bytes += int(pc.sum(pc.binary_length(raw.column(column))).as_py() or 0)
+            if column in raw.schema.names:
+                self.bytes += int(pc.sum(pc.binary_length(raw.column(column))).as_py() or 0)
         stamps = raw.column("timestamp").cast(pa.int64())
         if stamps.null_count:
             stamps = stamps.drop_null()
@@ -175,9 +176,9 @@ class ReadTally:
 
 
 class _ReportsParam:
-    """AccumulatorParam of the report accumulator: a list in a task, the `ReportChannel` on the driver."""
+    """AccumulatorParam of a report accumulator: a list in a task, the receiving `ReportChannel` on the driver."""
 
-    def zero(self, value: Any) -> list[ReadReport]:
+    def zero(self, value: Any) -> list[Any]:
         return []
 
     def addInPlace(self, value1: Any, value2: Any) -> Any:
@@ -188,32 +189,41 @@ class _ReportsParam:
         return value1
 
 
-def publish(report: ReadReport) -> None:
-    """Add `report` to this task's report accumulator; outside a Spark task, hand it to an open channel of this
-    process directly (or drop it)."""
+def publish(report: Any, accumulator_id: int = REPORTS_ACCUMULATOR_ID) -> None:
+    """Add `report` to this task's accumulator `accumulator_id`; outside a Spark task, hand it to an open channel
+    of this process directly (or drop it)."""
     from pyspark import TaskContext
     from pyspark.accumulators import _accumulatorRegistry, _deserialize_accumulator
 
     if TaskContext.get() is None:
-        registered = _accumulatorRegistry.get(REPORTS_ACCUMULATOR_ID)
+        registered = _accumulatorRegistry.get(accumulator_id)
         channel = getattr(registered, "_value", None)
         if isinstance(channel, ReportChannel):
             channel.deliver([report])
         return
     # PySpark's worker clears its accumulator registry at the start of every task, so this is the task's own.
-    accumulator: Any = _deserialize_accumulator(REPORTS_ACCUMULATOR_ID, [], _ReportsParam())  # type: ignore[arg-type]
+    accumulator: Any = _deserialize_accumulator(accumulator_id, [], _ReportsParam())  # type: ignore[arg-type]
     accumulator.add([report])
 
 
 class ReportChannel:
-    """The driver half: registers the report accumulator and hands each arriving batch of reports to `on_reports`.
+    """The driver half: registers a report accumulator and hands each arriving batch of reports to `on_reports`.
 
     `on_reports` runs on PySpark's accumulator server thread while Spark's scheduler waits for it: it must be quick
-    and must not raise (exceptions are caught and counted in `errors`). One channel per driver process at a time.
+    and must not raise (exceptions are caught and counted in `errors`). One channel per accumulator id and driver
+    process at a time. Read reports use `REPORTS_ACCUMULATOR_ID` (the metrics); dead letters have their own
+    (`dead_letters.DEAD_LETTERS_ACCUMULATOR_ID`).
     """
 
-    def __init__(self, on_reports: Callable[[list[ReadReport]], None]) -> None:
+    def __init__(
+        self,
+        on_reports: Callable[[list[Any]], None],
+        accumulator_id: int = REPORTS_ACCUMULATOR_ID,
+        kind: type = ReadReport,
+    ) -> None:
         self._on_reports = on_reports
+        self._id = accumulator_id
+        self._kind = kind
         self._lock = threading.Lock()
         self._open = False
         self.errors = 0
@@ -223,7 +233,7 @@ class ReportChannel:
         from pyspark.accumulators import Accumulator
 
         with self._lock:
-            Accumulator(REPORTS_ACCUMULATOR_ID, self, _ReportsParam())  # type: ignore[arg-type]
+            Accumulator(self._id, self, _ReportsParam())  # type: ignore[arg-type]
             self._open = True
 
     def close(self) -> None:
@@ -232,15 +242,15 @@ class ReportChannel:
 
         with self._lock:
             self._open = False
-            registered = _accumulatorRegistry.get(REPORTS_ACCUMULATOR_ID)
+            registered = _accumulatorRegistry.get(self._id)
             if registered is not None and getattr(registered, "_value", None) is self:
-                del _accumulatorRegistry[REPORTS_ACCUMULATOR_ID]
+                del _accumulatorRegistry[self._id]
 
-    def deliver(self, reports: list[ReadReport]) -> None:
+    def deliver(self, reports: list[Any]) -> None:
         """Hand reports to the receiver (called by the accumulator machinery)."""
         if not self._open:
             return
         try:
-            self._on_reports([r for r in reports if isinstance(r, ReadReport)])
+            self._on_reports([r for r in reports if isinstance(r, self._kind)])
         except Exception:
             self.errors += 1

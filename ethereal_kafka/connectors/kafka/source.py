@@ -36,6 +36,7 @@ from pyspark.sql.types import StructType
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import consumer_config
+from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter, DeadLetterReport, leave
 from ethereal_kafka.connectors.kafka.decoding import DecodeStats, SourceLayout, decode_batches
 from ethereal_kafka.connectors.kafka.epoch_bounds import measured, records_bound
 from ethereal_kafka.connectors.kafka.offsets import (
@@ -252,7 +253,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.config.name, partition.topic, partition.partition, partition.start, partition.until
         )
 
-        def finish(stats: DecodeStats) -> None:
+        def finish(stats: DecodeStats, letters: list[DeadLetter]) -> None:
+            if letters:
+                leave(
+                    DeadLetterReport(
+                        self.config.group,
+                        partition.topic,
+                        partition.partition,
+                        partition.start,
+                        partition.until,
+                        tuple(letters),
+                    )
+                )
             tally.publish(stats.dead_lettered, stats.skipped)
             measured(self.config, tally.records, tally.bytes)
 

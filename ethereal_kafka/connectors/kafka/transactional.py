@@ -36,7 +36,8 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_d
 
 from ethereal_kafka import faults
 from ethereal_kafka.connectors.kafka.clients import group_consumer, read_marker, transactional_producer
-from ethereal_kafka.connectors.kafka.encoding import encode_outputs
+from ethereal_kafka.connectors.kafka.dead_letters import forget, take
+from ethereal_kafka.connectors.kafka.encoding import OutRecord, encode_outputs
 from ethereal_kafka.connectors.kafka.epoch_write import (
     SINK_INDEX_COLUMN,
     EpochWrite,
@@ -194,6 +195,7 @@ class TransactionalTask:
         self.attempts = 0
         self.commit_ms: float | None = None
         self.records = 0
+        self.dead_lettered = 0
         self._producer: Producer | None = None
 
     def commit(self, batches: Iterable[pa.RecordBatch]) -> bool:
@@ -209,6 +211,7 @@ class TransactionalTask:
         try:
             if not self._fence_and_check():
                 source.drain()
+                self._forget()
                 return False
             marker = EpochMarker(self.write.app_id, self.write.checkpoint_id, self.write.epoch).render()
             offsets = [
@@ -223,6 +226,7 @@ class TransactionalTask:
                     self._transaction(
                         source.first_pass() if attempt == 0 else source.again(), offsets, attempt
                     )
+                    self._forget()
                     return True
                 except KafkaException as exc:
                     last = exc
@@ -230,6 +234,7 @@ class TransactionalTask:
                     # Fatal for this producer: fence again with a new one; the commit may have landed.
                     if not self._abort(error) and not self._fence_and_check():
                         source.drain()
+                        self._forget()
                         return True
                 time.sleep(min(2.0, 0.1 * 2**attempt))
             raise TransactionError(
@@ -286,6 +291,7 @@ class TransactionalTask:
         self._trace(faults.OPEN)
         # A failed delivery fails the commit (an abortable error), so no delivery callback is needed.
         self.records = send_records(producer, encode_outputs(self.write.outputs, batches), None)
+        self.dead_lettered = send_records(producer, self._dead_letters(), None)
         if attempt == 0:
             faults.hook("in_transaction", self.index)
             delay_s = faults.txn_delay_s()
@@ -303,6 +309,29 @@ class TransactionalTask:
         _retry(lambda: _bounded("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S)))
         self.commit_ms = (time.perf_counter() - committing) * 1000
         self._trace(faults.DONE)
+
+    def _dead_letters(self) -> Iterator[OutRecord]:
+        """The dead letters the read of this task's range left (partition-preserving, `on.error=dlq`): committed in
+        this transaction, with the output and the input offset."""
+        topic = self.write.dead_letter_topic
+        if topic is None or self.slot.start_offset < 0:
+            return
+        for letter in take(*self._range()):
+            yield OutRecord(topic, None, letter.key, letter.value, list(letter.headers))
+
+    def _forget(self) -> None:
+        if self.write.dead_letter_topic is not None and self.slot.start_offset >= 0:
+            forget(*self._range())
+
+    def _range(self) -> tuple[str, str, int, int, int]:
+        slot = self.slot
+        return (
+            slot.marker_group,
+            slot.marker_topic,
+            slot.marker_partition,
+            slot.start_offset,
+            slot.marker_offset,
+        )
 
     def _abort(self, error: KafkaError | None) -> bool:
         """After a failed transaction: abort it when the error allows (True), else report it fatal (False)."""
