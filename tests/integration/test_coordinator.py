@@ -54,12 +54,15 @@ def test_a_taken_over_coordinator_cannot_move_group_offsets_backwards(
     old, source = _coordinator(bs, app, src, dst, tmp_path / "a", "instance-a")
     new, _ = _coordinator(bs, app, src, dst, tmp_path / "b", "instance-b")
     try:
-        new.commit_source_offsets([{src: {"0": 50, "1": 50}}], "ckpt", 5, "out")
+        new.commit_source_offsets([{src: {"0": 50, "1": 50}}], "ckpt-b", 5, "out")
+        # A's epoch under its own checkpoint: its phase-two producer was fenced by B's start.
         with pytest.raises(FencedError, match="took over"):
-            old.commit_source_offsets([{src: {"0": 30, "1": 30}}], "ckpt", 3, "out")
+            old.commit_source_offsets([{src: {"0": 30, "1": 30}}], "ckpt-a", 3, "out")
+        # An older epoch of the same checkpoint (a zombie replaying): the marker already covers it, nothing moves.
+        new.commit_source_offsets([{src: {"0": 40, "1": 40}}], "ckpt-b", 4, "out")
         committed = group_offsets(bs, source.group, src, 2)
         assert {p: o for p, (o, _) in committed.items()} == {0: 50, 1: 50}
-        assert {EpochMarker.parse(m) for _, m in committed.values()} == {EpochMarker(app, "ckpt", 5)}
+        assert {EpochMarker.parse(m) for _, m in committed.values()} == {EpochMarker(app, "ckpt-b", 5)}
     finally:
         old.close()
         new.close()
