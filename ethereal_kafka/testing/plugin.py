@@ -47,6 +47,9 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
     cluster = start_cluster(state_root=root)
     _REPORT.append(f"kafka_cluster backend: {cluster.backend} — {cluster.description}")
     yield cluster
+    from ethereal_kafka.connectors.kafka.clients import close_cached_clients
+
+    close_cached_clients()  # clients the tests' jobs cached would otherwise poll a broker that is going away
     cluster.close()
     if cluster.backend == "local-broker":
         leaked = leaked_broker_pids(str(root))
