@@ -6,7 +6,10 @@
   (`<unix time> <query> <epoch> <task> <step>`, steps `start`, `open`, `commit`, `done`, `skip`), so a kill harness can say
   where each kill landed. Lines are appended with one `write` each (O_APPEND), so concurrent tasks do not mix.
 
-Both are read where the step happens (on executors), never at import time.
+- `ETHEREAL_KAFKA_FAULT_FAIL_BEFORE_COMMIT`: `1` makes the first attempt of every sink task fail after it produced
+  its records, before it commits them (Spark retries the task on a cluster; local masters do not retry).
+
+All are read where the step happens (on executors), never at import time.
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ from collections.abc import Callable
 
 TXN_DELAY_ENV = "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS"
 TRACE_ENV = "ETHEREAL_KAFKA_FAULT_TRACE"
+FAIL_BEFORE_COMMIT_ENV = "ETHEREAL_KAFKA_FAULT_FAIL_BEFORE_COMMIT"
+
+
+class InjectedFailure(RuntimeError):
+    """The failure `ETHEREAL_KAFKA_FAULT_FAIL_BEFORE_COMMIT` injects (a test fault, never raised otherwise)."""
+
 
 #: The steps a sink task traces, in the order they happen.
 START, OPEN, COMMIT, DONE, SKIP = "start", "open", "commit", "done", "skip"
@@ -25,6 +34,17 @@ START, OPEN, COMMIT, DONE, SKIP = "start", "open", "commit", "done", "skip"
 def txn_delay_s() -> float:
     """How long a task holds its first transaction open before committing (0 unless the fault is set)."""
     return int(os.environ.get(TXN_DELAY_ENV, "0") or 0) / 1000
+
+
+def fail_before_commit(task: int) -> None:
+    """Raise `InjectedFailure` in a sink task's first attempt when the fault is set (after it produced)."""
+    if os.environ.get(FAIL_BEFORE_COMMIT_ENV) != "1":
+        return
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None and context.attemptNumber() == 0:
+        raise InjectedFailure(f"injected failure after produce, before commit (task {task}, attempt 0)")
 
 
 def trace(query: str, epoch: int, task: int, step: str) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ethereal_kafka.examples import eos
+from ethereal_kafka.faults import FAIL_BEFORE_COMMIT_ENV
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import TopicFactory
 from ethereal_kafka.testing.spark_cluster import StandaloneSparkCluster, alive_workers, daemon_pids
@@ -134,12 +135,19 @@ def test_job_file_master_runs_the_exactly_once_job_on_the_cluster(
     topic_factory: TopicFactory,
     tmp_path: Path,
 ) -> None:
+    """Also: the first attempt of every sink task fails after producing its records and before committing them;
+    Spark retries each task on the cluster, the retry fences the failed attempt's open transaction, and the output
+    is still exact."""
     bs = kafka_cluster.bootstrap
-    files, inputs = _job(tmp_path, bs, topic_factory, extra=f"spark.master={spark_cluster.master_url}\n")
+    extra = f"spark.master={spark_cluster.master_url}\nspark.executorEnv.{FAIL_BEFORE_COMMIT_ENV}=1\n"
+    files, inputs = _job(tmp_path, bs, topic_factory, extra=extra)
     result, took = _run_job([sys.executable, "-m", "ethereal_kafka.cli"], files.job, tmp_path, spark_cluster)
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"starting on {spark_cluster.master_url}" in result.stderr
     tasks = _ran_on_executors(spark_cluster, f"ethereal-kafka-{files.app_id}")
+    retried = (tmp_path / "spark.log").read_text(errors="replace").count("injected failure after produce")
     print(
-        f"[run spark.master=...] {_check_exact(bs, files, inputs)}; {tasks} executor tasks; job {took:.1f}s"
+        f"[run spark.master=...] {_check_exact(bs, files, inputs)}; {tasks} executor tasks; {retried} failed "
+        f"attempts retried; job {took:.1f}s"
     )
+    assert retried >= 2, "every sink task's first attempt failed after producing and was retried"

@@ -294,6 +294,7 @@ class TransactionalTask:
         self.dead_lettered = send_records(producer, self._dead_letters(), None)
         if attempt == 0:
             faults.hook("in_transaction", self.index)
+            faults.fail_before_commit(self.index)
             delay_s = faults.txn_delay_s()
             if delay_s:
                 time.sleep(delay_s)
