@@ -346,11 +346,7 @@ class CheckpointCoordinator:
 
     @staticmethod
     def _reads(source: KafkaSourceConfig, topic: str) -> bool:
-        import re
-
-        if source.topic_pattern is not None:
-            return re.fullmatch(source.topic_pattern, topic) is not None
-        return topic in source.topics
+        return source.reads(topic)
 
     def record(self, entry: EpochRecord, query: str = "", tasks: Sequence[Any] = ()) -> None:
         """Append an epoch outcome to the checkpoint history (when one is attached), then tell `epoch_listeners`.

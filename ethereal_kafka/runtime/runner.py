@@ -27,6 +27,8 @@ from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.connectors.kafka.clients import close_cached_consumers
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.runtime.admission import EpochSizer, sized_source
+from ethereal_kafka.runtime.autoscaler import open_autoscaler
 from ethereal_kafka.runtime.errors import JobFailedError
 from ethereal_kafka.runtime.failure import root_cause
 from ethereal_kafka.runtime.job import RunningJob
@@ -56,7 +58,10 @@ def job_sources(
     else `replay.from` applied."""
     out = {}
     for name, conf in loaded.sources.items():
-        changes: dict[str, object] = {"checkpoint_location": f"{loaded.job.checkpoint_location}/sources"}
+        changes: dict[str, object] = {
+            "checkpoint_location": f"{loaded.job.checkpoint_location}/sources",
+            **sized_source(loaded.job, conf),
+        }
         if conf.group_id is None:
             changes["group_id"] = loaded.job.app_id
         if fresh and replay_starts and name in replay_starts:
@@ -83,7 +88,9 @@ def start(
     metrics: RunMetrics | None = None,
 ) -> tuple[RunningJob, CheckpointCoordinator]:
     """Build the job's queries under a coordinator and start them (`graph_builder`: see `build_queries`; `metrics`
-    watches the coordinator from before the first epoch)."""
+    watches the coordinator from before the first epoch). With adaptive epoch sizing the epoch sizer posts each
+    source's first budget before the queries start; with an `autoscale.policy` the autoscaler places the executors
+    before and evaluates once they run (`RunningJob.close()` stops it)."""
     job = loaded.job
     # Held (shared) until the process ends: `ethereal-kafka replay` refuses while any instance holds it, and cannot
     # change the checkpoint between this look at it and the start (see checkpoint.apps).
@@ -118,8 +125,11 @@ def start(
         [QuerySinks(b.name, b.sinks, b.mode, b.stateful, b.sources) for b in builds],
         replaying=fresh and (job.replay_from is not None or replay_starts is not None),
     )
+    bookkeeping = metrics.metrics if metrics is not None else None
     if metrics is not None:
         metrics.watch(coordinator, side_outputs=[sink for b in builds for sink in b.late_sinks])
+    EpochSizer(job, bookkeeping.set_epoch_budget if bookkeeping is not None else None).watch(coordinator)
+    autoscaler = open_autoscaler(spark, job, bookkeeping, coordinator.gate)
     queries = {}
     for build in builds:
         writer = (
@@ -141,7 +151,9 @@ def start(
             spark.conf.unset(key) if old is None else spark.conf.set(key, old)
         if len(builds) > 1:
             wait_initialized(queries[build.name])
-    return RunningJob(queries), coordinator
+    if autoscaler is not None:
+        autoscaler.start()
+    return RunningJob(queries, autoscaler), coordinator
 
 
 def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
@@ -200,6 +212,7 @@ def run(
             },
         )
         metrics = RunMetrics()
+        running: RunningJob | None = None
         try:
             if not launched_by_spark_submit():
                 route_spark_logs(spark, logs)
@@ -217,6 +230,8 @@ def run(
             log.debug("job %s failed", job.app_id, exc_info=True)
             raise JobFailedError(f"job {job.app_id} failed: {root_cause(exc)}{hint}") from exc
         finally:
+            if running is not None:
+                running.close()
             metrics.close()
             stop_session(spark)
     finally:
