@@ -59,7 +59,7 @@ def test_epoch_sizing_target_follows_the_trigger_within_half_the_transaction_tim
         ConfigError, match=r"epoch.target.ms=4000 is more than half of transaction.timeout.ms"
     ):
         JobConfig.from_properties({**capped, "epoch.target.ms": "4000"})
-    with pytest.raises(ConfigError, match="epoch.min.records=10 exceeds epoch.max.records=5"):
+    with pytest.raises(ConfigError, match=r"epoch.min.records=10 exceeds epoch.max.records=5"):
         JobConfig.from_properties(
             {**BASE, "pipeline": "m:f", "epoch.min.records": "10", "epoch.max.records": "5"}
         )

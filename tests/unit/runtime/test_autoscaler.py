@@ -134,7 +134,7 @@ def test_executors_are_released_only_between_epochs(monkeypatch: pytest.MonkeyPa
 
 
 def test_local_mode_logs_what_it_would_do_and_changes_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    auto, control, metrics, _, clock = scaler(control=LocalExecutors())
+    auto, _, metrics, _, clock = scaler(control=LocalExecutors())
     assert auto.place().action == "hold"
     lagging(metrics, 50_000)
     clock.now += 1
