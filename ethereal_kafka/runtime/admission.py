@@ -10,8 +10,10 @@ Measured inputs: the epoch's duration (`EpochRecord.duration_ms`, from the `fore
 the offsets each source admitted into it (end - start offsets of the source's partitions). Whether more records
 were waiting is read from the budget itself: an epoch that admitted its whole budget was capped by it.
 Epochs that re-ran after a restart and found their tasks committed before (skipped sink tasks) teach nothing and
-are ignored; so are failed epochs. A run's first measured epoch may grow the budget but not shrink it (its time is
-mostly start-up: Python workers, JIT, first connections).
+are ignored; so are failed epochs. A run's first measured epoch may grow the budget but not shrink it, and is left
+out of the cost model (its time is mostly start-up: Python workers, JIT, first connections). The last
+`HISTORY` observations per source give the fixed cost per epoch (`admission.fixed_cost_ms`): when it alone comes
+near the target, the sizer aims above the target rather than shrink epochs into pure overhead.
 
 Nothing here changes what a replay reads: a budget is posted after epoch N commits and is read when Spark plans
 epoch N+1, before Spark logs N+1's end offsets.
@@ -21,18 +23,24 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.admission import (
+    HISTORY,
     AdmissionSettings,
+    CostModel,
+    Observation,
     budget_path,
+    cost_model,
     next_budget,
     post_budget,
     read_budget,
+    read_history,
 )
 
 if TYPE_CHECKING:
@@ -68,6 +76,8 @@ class _Sized:
     path: Path
     settings: AdmissionSettings
     budget: int
+    history: deque[Observation] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    model: CostModel | None = None
     learned: bool = False
 
 
@@ -103,6 +113,8 @@ class EpochSizer:
                 settings = admission_settings(self.job, source)
                 budget = settings.clamp(read_budget(path) or settings.min_records)
                 entry = _Sized(query, source, path, settings, budget)
+                entry.history.extend(read_history(path))
+                entry.model = cost_model(entry.history, settings.min_records)
                 self._post(entry, None, "start")
                 self._sized.setdefault(query, []).append(entry)
         coordinator.epoch_listeners.append(self.observe)
@@ -119,8 +131,16 @@ class EpochSizer:
         with self._lock:
             for entry in self._sized.get(query, ()):
                 records = admitted(entry.source, record.start_offsets, record.end_offsets)
+                if entry.learned and records > 0:
+                    entry.history.append((records, record.duration_ms))
+                    entry.model = cost_model(entry.history, entry.settings.min_records) or entry.model
                 step = next_budget(
-                    entry.budget, records, record.duration_ms, entry.settings, may_shrink=entry.learned
+                    entry.budget,
+                    records,
+                    record.duration_ms,
+                    entry.settings,
+                    may_shrink=entry.learned,
+                    model=entry.model,
                 )
                 entry.learned = entry.learned or records > 0
                 if step.budget != entry.budget:
@@ -134,12 +154,12 @@ class EpochSizer:
                         step.budget,
                         step.reason,
                     )
-                    entry.budget = step.budget
-                    self._post(entry, record.epoch, f"{step.action}: {step.reason}")
+                entry.budget = step.budget
+                self._post(entry, record.epoch, f"{step.action}: {step.reason}")
 
     def _post(self, entry: _Sized, epoch: int | None, reason: str) -> None:
         try:
-            post_budget(entry.path, entry.budget, epoch, reason)
+            post_budget(entry.path, entry.budget, epoch, reason, list(entry.history))
         except OSError as exc:
             # The source then keeps reading the last budget it could read (or its maximum): never a wrong range.
             log.warning("epoch budget of %s not posted to %s: %s", entry.source.name, entry.path, exc)

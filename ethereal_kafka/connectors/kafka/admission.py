@@ -15,13 +15,16 @@ already accounts for epoch N. Spark logs the end offsets `latestOffset` returned
 logged epoch from its log without asking the source again: the budget only ever shapes epochs not logged yet, so
 replays read the same ranges whatever the sizer decides later.
 
-Everything here but the two file functions is pure.
+Everything here but the file functions is pure.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +34,15 @@ from ethereal_kafka.config.connectors import KafkaSourceConfig
 GROWTH_LIMIT = 4.0
 #: Epochs within this fraction of the target keep their budget (no chasing noise).
 TOLERANCE = 0.1
+#: When an epoch's fixed cost alone comes near the target, the sizer aims at this multiple of the fixed cost
+#: instead: shrinking epochs whose time is mostly fixed cost would only multiply that cost.
+FIXED_COST_HEADROOM = 1.5
+#: Two epochs tell the per-record cost apart from the fixed cost only when their sizes differ at least this much.
+SIZE_SPREAD = 0.25
+#: Epochs remembered per source for the fixed-cost estimate.
+HISTORY = 8
+
+Observation = tuple[int, int]  # (records admitted, duration in ms) of one epoch
 
 
 @dataclass(frozen=True)
@@ -61,18 +73,71 @@ class BudgetStep:
     reason: str
 
 
+@dataclass(frozen=True)
+class CostModel:
+    """What an epoch costs: `fixed_ms + per_record_ms x records` (`per_record_ms` None when unknown)."""
+
+    fixed_ms: float
+    per_record_ms: float | None = None
+
+    def fill(self, aim_ms: float) -> float | None:
+        """Records that fill `aim_ms` by this model, or None when it cannot tell."""
+        if not self.per_record_ms or aim_ms <= self.fixed_ms:
+            return None
+        return (aim_ms - self.fixed_ms) / self.per_record_ms
+
+
+def cost_model(history: Sequence[Observation], min_records: int = 0) -> CostModel | None:
+    """The cost per epoch estimated from `(records, duration_ms)` observations, or None when nothing tells.
+
+    Robust to noisy durations (a shared machine): the per-record cost is the median slope over pairs of
+    observations whose sizes differ by at least `SIZE_SPREAD` (Theil-Sen), the fixed cost the median intercept,
+    kept within `[0, shortest duration]`. Without such pairs, an epoch of at most `min_records` records is taken as
+    all fixed cost (its shortest duration bounds the fixed cost from above): so a sizer stuck at its minimum because
+    even the smallest epochs run long learns that and grows out of it.
+    """
+    seen = list(history)
+    slopes = []
+    for i, (n1, d1) in enumerate(seen):
+        for n2, d2 in seen[i + 1 :]:
+            if abs(n1 - n2) >= SIZE_SPREAD * max(n1, n2) and n1 != n2:
+                slopes.append((d2 - d1) / (n2 - n1))
+    if not slopes:
+        smallest = [d for n, d in seen if n <= min_records]
+        return CostModel(float(min(smallest))) if smallest else None
+    per_record = max(0.0, statistics.median(slopes))
+    intercept = statistics.median(d - per_record * n for n, d in seen)
+    return CostModel(max(0.0, min(float(min(d for _, d in seen)), intercept)), per_record)
+
+
+def aimed_ms(settings: AdmissionSettings, model: CostModel | None) -> int:
+    """The duration the sizer aims at: the target, or `FIXED_COST_HEADROOM` x the fixed cost when that is more
+    (a target below what an epoch costs anyway cannot be met by admitting fewer records)."""
+    if model is None:
+        return settings.target_ms
+    return max(settings.target_ms, math.ceil(FIXED_COST_HEADROOM * model.fixed_ms))
+
+
 def next_budget(
-    budget: int, records: int, duration_ms: int, settings: AdmissionSettings, may_shrink: bool = True
+    budget: int,
+    records: int,
+    duration_ms: int,
+    settings: AdmissionSettings,
+    may_shrink: bool = True,
+    model: CostModel | None = None,
 ) -> BudgetStep:
-    """The budget of the next epoch, from the last epoch's budget, records and duration.
+    """The budget of the next epoch, from the last epoch's budget, records and duration, and the cost model when
+    known (`cost_model`; it sets the aimed duration, `aimed_ms`).
 
-    The estimate `records x target / duration` is the size that fills the target at the rate just seen. With a
-    per-epoch fixed cost it underestimates what fits while epochs are short (so growing towards it never overshoots
-    the target) and overestimates it while they run long (so shrinking converges from above).
+    The estimate `records x aim / duration` is the size that fills the aimed duration at the rate just seen. With
+    a per-epoch fixed cost it underestimates what fits while epochs are short (so growing towards it never
+    overshoots) and overestimates it while they run long (so shrinking converges from above).
 
-    - Short epoch (below target by more than `TOLERANCE`) that used its whole budget (so more records were
-      waiting): grow to the estimate, at most `GROWTH_LIMIT` times the budget.
-    - Long epoch (above target by more than `TOLERANCE`): shrink to the estimate (unless `may_shrink` is False:
+    - Short epoch (below the aim by more than `TOLERANCE`) that used its whole budget (so more records were
+      waiting): grow to the estimate, or half-way to what the cost model says fills the aim when that is more
+      (half-way: a per-record cost underestimated twofold still does not overshoot), at most `GROWTH_LIMIT` times
+      the budget.
+    - Long epoch (above the aim by more than `TOLERANCE`): shrink to the estimate (unless `may_shrink` is False:
       the sizer passes that for a run's first epoch, whose time is mostly start-up).
     - Otherwise: hold.
     The result always lies within the settings' bounds.
@@ -80,13 +145,18 @@ def next_budget(
     budget = settings.clamp(budget)
     if records <= 0 or duration_ms <= 0:
         return BudgetStep(budget, "hold", "empty epoch")
-    target = settings.target_ms
+    target = aimed_ms(settings, model)
     estimate = records * target / duration_ms
-    seen = f"{records} records in {duration_ms} ms (target {target} ms)"
+    aim = f"target {target} ms"
+    if model is not None and target != settings.target_ms:
+        aim = f"aim {target} ms: fixed cost {model.fixed_ms:.0f} ms"
+    seen = f"{records} records in {duration_ms} ms ({aim})"
     if duration_ms < target * (1 - TOLERANCE):
         if records < budget:
             return BudgetStep(budget, "hold", f"{seen}, backlog below the budget")
-        grown = settings.clamp(min(estimate, budget * GROWTH_LIMIT))
+        fill = model.fill(target) if model is not None else None
+        wanted = max(estimate, fill / 2) if fill is not None else estimate
+        grown = settings.clamp(min(wanted, budget * GROWTH_LIMIT))
         if grown <= budget:
             return BudgetStep(budget, "hold", f"{seen}, at epoch.max.records")
         return BudgetStep(grown, "grow", f"{seen} with more waiting")
@@ -113,8 +183,11 @@ def budget_path(config: KafkaSourceConfig) -> Path | None:
     )
 
 
-def post_budget(path: Path, budget: int, epoch: int | None, reason: str) -> None:
-    """Replace the posted budget atomically (the reader sees the old file or the new one, never a torn one).
+def post_budget(
+    path: Path, budget: int, epoch: int | None, reason: str, history: Sequence[Observation] = ()
+) -> None:
+    """Replace the posted budget atomically (the reader sees the old file or the new one, never a torn one), with
+    the sizer's recent observations (so a restart resumes with what it learned).
 
     Called by the job's epoch sizer only (one writer per file).
 
@@ -123,9 +196,13 @@ def post_budget(path: Path, budget: int, epoch: int | None, reason: str) -> None
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(
-        json.dumps({"budget": int(budget), "after_epoch": epoch, "reason": reason}), encoding="utf-8"
-    )
+    body = {
+        "budget": int(budget),
+        "after_epoch": epoch,
+        "reason": reason,
+        "history": [list(o) for o in history],
+    }
+    partial.write_text(json.dumps(body), encoding="utf-8")
     os.replace(partial, path)
 
 
@@ -136,3 +213,12 @@ def read_budget(path: Path) -> int | None:
     except (OSError, ValueError, AttributeError):
         return None
     return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def read_history(path: Path) -> list[Observation]:
+    """The observations posted with the budget (empty when there are none or the file is unusable)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8")).get("history") or []
+        return [(int(n), int(d)) for n, d in raw][-HISTORY:]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []

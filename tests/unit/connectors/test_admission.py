@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import random
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,18 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.admission import (
+    FIXED_COST_HEADROOM,
     GROWTH_LIMIT,
+    HISTORY,
     AdmissionSettings,
+    CostModel,
+    aimed_ms,
     budget_path,
+    cost_model,
     next_budget,
     post_budget,
     read_budget,
+    read_history,
 )
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
 from ethereal_kafka.connectors.kafka.source import MAX_ROWS, KafkaStreamReader
@@ -24,19 +31,33 @@ from ethereal_kafka.connectors.kafka.source import MAX_ROWS, KafkaStreamReader
 SETTINGS = AdmissionSettings(target_ms=1000, min_records=100, max_records=100_000)
 
 
-def simulate(fixed_ms: float, per_record_ms: float, epochs: int, settings: AdmissionSettings) -> list[int]:
-    """Budgets over `epochs` epochs of a job whose epoch costs `fixed + per_record x records`, backlog unlimited."""
-    budget, seen = settings.min_records, []
+def simulate(
+    fixed_ms: float,
+    per_record_ms: float,
+    epochs: int,
+    settings: AdmissionSettings,
+    noise: float = 0.0,
+    seed: int = 3,
+) -> tuple[list[int], list[int]]:
+    """Budgets and durations over `epochs` epochs of a job whose epoch costs `fixed + per_record x records` (times a
+    random factor within +-`noise`), with an unlimited backlog; the sizer's loop as `runtime.admission` runs it."""
+    rng = random.Random(seed)
+    budget, budgets, durations, history = settings.min_records, [], [], []
+    model: CostModel | None = None
     for i in range(epochs):
-        seen.append(budget)
-        duration = round(fixed_ms + per_record_ms * budget)
-        budget = next_budget(budget, budget, duration, settings, may_shrink=i > 0).budget
-    return seen
+        duration = round((fixed_ms + per_record_ms * budget) * (1 + rng.uniform(-noise, noise)))
+        budgets.append(budget)
+        durations.append(duration)
+        if i > 0:
+            history = [*history, (budget, duration)][-HISTORY:]
+            model = cost_model(history, settings.min_records) or model
+        budget = next_budget(budget, budget, duration, settings, may_shrink=i > 0, model=model).budget
+    return budgets, durations
 
 
 def test_grows_from_the_minimum_to_the_size_that_fills_the_target_without_overshooting() -> None:
     # 200 ms fixed cost + 0.02 ms per record: 40,000 records fill the 1 s target.
-    budgets = simulate(200, 0.02, 12, SETTINGS)
+    budgets, _ = simulate(200, 0.02, 12, SETTINGS)
     assert budgets[0] == 100
     assert all(b <= a * GROWTH_LIMIT for a, b in itertools.pairwise(budgets))
     assert all(200 + 0.02 * b <= 1000 * 1.1 for b in budgets), "no epoch ran past the target"
@@ -78,6 +99,35 @@ def test_an_epoch_sized_by_the_estimate_stays_within_the_transaction_budget() ->
         assert budget * duration / records <= SETTINGS.target_ms * 1.0001 or budget == SETTINGS.min_records
 
 
+def test_the_fixed_cost_is_estimated_robustly_from_varied_sizes() -> None:
+    assert cost_model([(1000, 500), (1000, 520)]) is None, "equal sizes cannot tell"
+    assert cost_model([(40, 1500), (40, 1400)], min_records=40) == CostModel(1400), (
+        "minimum size: all fixed cost"
+    )
+    exact = cost_model([(n, round(300 + 0.01 * n)) for n in (1000, 4000, 16000, 40000)])
+    assert exact is not None and exact.fixed_ms == pytest.approx(300, abs=2)
+    assert exact.fill(1000) == pytest.approx(70_000, rel=0.01)
+    noisy = cost_model([(1000, 310), (4000, 290), (16000, 600), (40000, 700), (40000, 2500)])  # one GC pause
+    assert noisy is not None and 250 <= noisy.fixed_ms <= 320
+
+
+def test_a_target_below_the_fixed_cost_aims_above_it_instead_of_shrinking_into_overhead() -> None:
+    # A heavy job on a busy machine: 1.4 s per epoch whatever its size, 0.1 ms per record, target 200 ms.
+    settings = AdmissionSettings(target_ms=200, min_records=40, max_records=100_000)
+    budgets, durations = simulate(1400, 0.1, 30, settings, noise=0.2)
+    assert min(budgets[5:]) > 40 * 10, f"collapsed to the minimum: {budgets}"
+    assert max(durations[10:]) <= 2 * FIXED_COST_HEADROOM * 1400 * 1.2, durations
+    assert aimed_ms(settings, CostModel(1400)) == 2100
+    assert aimed_ms(settings, None) == 200 == aimed_ms(settings, CostModel(50))
+
+
+def test_noisy_durations_keep_epochs_within_twice_the_target() -> None:
+    budgets, durations = simulate(250, 0.02, 60, SETTINGS, noise=0.3)
+    steady = sorted(durations[10:])
+    assert steady[int(len(steady) * 0.99)] < 2 * SETTINGS.target_ms
+    assert sum(budgets[10:]) / 50 > 25_000, "most of the target is used for records"
+
+
 def _source(tmp_path: Path, **extra: object) -> KafkaSourceConfig:
     config = KafkaSourceConfig.from_properties(
         {"bootstrap.servers": "localhost:1", "topics": "t", "name": "events", "group.id": "app.q"}
@@ -90,10 +140,10 @@ def test_budget_file_round_trip_and_unusable_files(tmp_path: Path) -> None:
     path = budget_path(_source(tmp_path, epoch_sizing="adaptive"))
     assert path == tmp_path / "ethereal-kafka" / "epoch-budget-events@app.q.json"
     assert read_budget(path) is None
-    post_budget(path, 1234, 7, "grow")
-    assert read_budget(path) == 1234
+    post_budget(path, 1234, 7, "grow", [(100, 20), (400, 50)])
+    assert read_budget(path) == 1234 and read_history(path) == [(100, 20), (400, 50)]
     path.write_text("{torn")
-    assert read_budget(path) is None
+    assert read_budget(path) is None and read_history(path) == []
     path.write_text('{"budget": 0}')
     assert read_budget(path) is None
 
