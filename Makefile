@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint typecheck unit integration bench clean
+.PHONY: demo test install lint typecheck unit integration bench clean browser
+
+# The web UI's browser tests drive Debian's chromium (Playwright cannot download a browser here); installed with
+# apt-get only when it is missing.
+CHROMIUM := /usr/bin/chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed"'
@@ -26,7 +30,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+browser:
+	@test -x $(CHROMIUM) || { \
+		echo "installing Debian's chromium for the web UI's browser tests"; \
+		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	}
+	@test -x $(CHROMIUM) || { echo "FAIL: $(CHROMIUM) is missing"; exit 1; }
+
+test: lint typecheck browser
 	@run=$$(mktemp -d /tmp/ethereal-kafka-test-XXXXXX); \
 	$(BIN)/pytest tests --basetemp=$$run/pytest; status=$$?; \
 	if pgrep -f "[e]thereal.kafka.broker.dir=$$run" >/dev/null; then \
@@ -37,7 +49,7 @@ test: lint typecheck
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 
-integration: $(STAMP)
+integration: $(STAMP) browser
 	$(BIN)/pytest tests/integration
 
 clean:

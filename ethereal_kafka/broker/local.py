@@ -177,7 +177,7 @@ class LocalBroker:
                 raise BrokerError(f"port 127.0.0.1:{p} is busy: stop what uses it or choose another port")
         props = self._write_config(port, controller_port)
         if not (self._data_dir / "meta.properties").exists():
-            self._format(java, libs, props)
+            format_storage(java, libs, props, self._data_dir, _cluster_id())
         log4j = self.state_dir / "log4j2.properties"
         log4j.write_text(
             resources.files("ethereal_kafka.broker")
@@ -273,16 +273,6 @@ class LocalBroker:
         path.write_text("".join(f"{k}={v}\n" for k, v in entries.items()), encoding="utf-8")
         return path
 
-    def _format(self, java: str, libs: Path, props: Path) -> None:
-        shutil.rmtree(self._data_dir, ignore_errors=True)
-        cluster_id = _cluster_id()
-        cmd = [java, *_JVM_OPTIONS, "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format"]
-        cmd += ["-t", cluster_id, "-c", str(props)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-            raise BrokerError(f"formatting KRaft storage in {self._data_dir} failed: {last[0]}")
-
     def _wait_ready(self, proc: subprocess.Popen[bytes], bootstrap: str) -> None:
         deadline = time.monotonic() + self.settings.start_timeout_s
         while time.monotonic() < deadline:
@@ -313,6 +303,24 @@ class LocalBroker:
             if errors or lines:
                 return (errors or lines)[-1].strip()[:300]
         return "no log output"
+
+
+def format_storage(java: str, libs: Path, props: Path, data_dir: Path, cluster_id: str) -> None:
+    """Format the KRaft storage of `props` (after removing `data_dir`) with `cluster_id`.
+
+    The id is passed as `--cluster-id=<id>`: a random id may start with `-`, which the tool's argument parser
+    would take for an option after a separate `-t`.
+
+    Raises:
+        BrokerError: the storage tool failed (its last line is in the message).
+    """
+    shutil.rmtree(data_dir, ignore_errors=True)
+    cmd = [java, *_JVM_OPTIONS, "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format"]
+    cmd += [f"--cluster-id={cluster_id}", "-c", str(props)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        raise BrokerError(f"formatting KRaft storage in {data_dir} failed: {last[0]}")
 
 
 def _int(value: object) -> int:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from ethereal_kafka.broker.jars import cache_home
 from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
@@ -62,6 +62,25 @@ def local_path(location: str) -> Path | None:
     if "://" in location:
         return None
     return Path(location)
+
+
+T = TypeVar("T")
+
+
+def from_json_object(cls: type[T], text: str, what: str) -> T:
+    """Build dataclass `cls` from a JSON object, ignoring keys it does not know (an older reader of a newer file).
+
+    Raises:
+        ValueError: the text is not a JSON object with every required field (`what` names it in the message).
+    """
+    raw = json.loads(text)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{what} is not a JSON object")
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    try:
+        return cls(**{k: v for k, v in raw.items() if k in known})
+    except TypeError as exc:
+        raise ValueError(f"{what} is incomplete: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -99,14 +118,7 @@ class RunRecord:
         Raises:
             ValueError: the text is not such an object.
         """
-        raw = json.loads(text)
-        if not isinstance(raw, dict):
-            raise ValueError("run record is not a JSON object")
-        known = {f.name for f in fields(cls)}
-        try:
-            return cls(**{k: v for k, v in raw.items() if k in known})
-        except TypeError as exc:
-            raise ValueError(f"run record is incomplete: {exc}") from exc
+        return from_json_object(cls, text, "run record")
 
 
 def record_run(loaded: LoadedJob, instance_id: str, groups: dict[str, list[str]] | None = None) -> RunRecord:

@@ -41,6 +41,7 @@ from ethereal_kafka.checkpoint.spark_log import (
     CheckpointLogError,
     checkpoint_id,
     epoch_end_offsets,
+    epoch_watermark_ms,
     has_progress,
 )
 from ethereal_kafka.checkpoint.txn_task import RESULT_SCHEMA, owner_group, write_task
@@ -130,7 +131,10 @@ class CheckpointCoordinator:
         self.shapes: dict[str, QuerySinks] = {}
         self._partitions: dict[str, int | None] = {}
         self.history = history
-        #: Told `(query, record, the sink tasks' summary rows)` after each epoch outcome is recorded (metrics).
+        #: Asked `(query, record, the sink tasks' summary rows)` before each epoch outcome is recorded; each returns
+        #: `EpochRecord` fields to add (the metrics' per-epoch latency and lag) or None.
+        self.epoch_annotators: list[Callable[[str, EpochRecord, list[Any]], Mapping[str, Any] | None]] = []
+        #: Told `(query, record, the sink tasks' summary rows)` after each epoch outcome is recorded (the web UI).
         self.epoch_listeners: list[Callable[[str, EpochRecord, list[Any]], None]] = []
         #: Every writer's epochs pass through it; the runner closes it to stop between epochs.
         self.gate = EpochGate()
@@ -349,12 +353,24 @@ class CheckpointCoordinator:
         return source.reads(topic)
 
     def record(self, entry: EpochRecord, query: str = "", tasks: Sequence[Any] = ()) -> None:
-        """Append an epoch outcome to the checkpoint history (when one is attached), then tell `epoch_listeners`.
+        """Let `epoch_annotators` add their figures to an epoch outcome, append it to the checkpoint history (when
+        one is attached), then tell `epoch_listeners`.
 
-        The history and the listeners are for people; their failures are logged and never fail an epoch.
+        The annotators, the history and the listeners are for people; their failures are logged and never fail an
+        epoch.
         """
+        import dataclasses
+
         from ethereal_kafka.checkpoint.history import HistoryError
 
+        rows = list(tasks)
+        for annotate in self.epoch_annotators:
+            try:
+                extra = annotate(query, entry, rows)
+                if extra:
+                    entry = dataclasses.replace(entry, **extra)
+            except Exception:
+                log.exception("epoch annotator failed on epoch %s of %s", entry.epoch, query)
         if self.history is not None:
             try:
                 self.history.record(entry)
@@ -362,7 +378,7 @@ class CheckpointCoordinator:
                 log.warning("epoch %s not recorded in the history: %s", entry.epoch, exc)
         for listener in self.epoch_listeners:
             try:
-                listener(query, entry, list(tasks))
+                listener(query, entry, rows)
             except Exception:
                 log.exception("epoch listener failed on epoch %s of %s", entry.epoch, query)
 
@@ -533,8 +549,12 @@ class EpochWriter:
             if starts
             else -1
         )
+        committed = outcome == "committed"
+        rows = [r for r in self._task_rows if not int(r["skipped"])]
+        commits = [float(r["commit_ms"]) for r in rows if r["commit_ms"] is not None]
+        app_id = self.coordinator.settings.app_id
         return EpochRecord(
-            app_id=self.coordinator.settings.app_id,
+            app_id=app_id,
             checkpoint_id=checkpoint,
             epoch=epoch,
             mode=mode,
@@ -548,7 +568,29 @@ class EpochWriter:
             duration_ms=int((time.time() - began) * 1000),
             outcome=outcome,
             error=error,
+            query=self.sink,
+            watermark_ms=epoch_watermark_ms(self.coordinator.location(self.sink), epoch),
+            commit_ms=max(commits) if commits else None,
+            txn_aborts=sum(max(0, int(r["attempts"] or 1) - 1) for r in rows),
+            marker=EpochMarker(app_id, checkpoint, epoch).render() if committed else None,
+            marker_offsets=self._marker_offsets(mode, epoch, merged) if committed else {},
         )
+
+    def _marker_offsets(
+        self, mode: str, epoch: int, ends: dict[str, dict[str, int]]
+    ) -> dict[str, dict[str, dict[str, int]]]:
+        """Where epoch `epoch`'s marker was committed: per consumer group, `{topic: {partition: offset}}`."""
+        c = self.coordinator
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        if mode == SHUFFLING:
+            group = f"{c.settings.app_id}.ethereal-progress.{self.sink}"
+            slots = {str(p): epoch + 1 for p in range(c.settings.sink_tasks)}
+            out[group] = {progress_topic(c.settings.app_id): slots}
+        for source in c.query_sources(self.sink):
+            read = {t: dict(parts) for t, parts in ends.items() if c._reads(source, t)}
+            if read:
+                out.setdefault(source.group, {}).update(read)
+        return out
 
 
 def _hash_partitioned(batch: DataFrame, tasks: int, sinks: list[tuple[str, int | None]]) -> DataFrame:

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -81,6 +81,20 @@ class EpochRecord:
         duration_ms: How long the attempt took.
         outcome: "committed", "aborted" or "failed".
         error: One line describing the failure, for "aborted" and "failed"; else None.
+        query: The query the epoch belongs to ("" in entries written before queries were named).
+        watermark_ms: The event-time watermark the epoch ran with, as Spark logged it before running it (epoch
+            milliseconds; 0 before any watermark); None when unknown.
+        commit_ms: The slowest transaction commit (`send_offsets_to_transaction` + `commit_transaction`) among
+            the epoch's exactly-once sink tasks; None when no task committed a transaction.
+        txn_aborts: Transaction attempts of the epoch's sink tasks beyond the first: each one was aborted (or
+            fenced) and redone within the epoch.
+        marker: The epoch marker the epoch's offsets carry (`{app.id}:{checkpoint-id}:{epoch}`); None when unknown.
+        marker_offsets: Where the marker was committed: `{consumer group: {topic: {"partition": offset}}}`.
+        lag: Consumer lag per input partition when the epoch committed, `{topic: {"partition": records}}`, as
+            the job's metrics last saw it (the figure of the last planned epoch); empty when unknown.
+        latency: End-to-end latency of the epoch's input records as a histogram, `{"bounds": [seconds, ...],
+            "counts": [n, ...], "sum": seconds}` (`counts` has one more entry than `bounds`: the overflow); None
+            when the job ran without metrics.
     """
 
     app_id: str
@@ -97,12 +111,39 @@ class EpochRecord:
     duration_ms: int
     outcome: str
     error: str | None = None
+    query: str = ""
+    watermark_ms: int | None = None
+    commit_ms: float | None = None
+    txn_aborts: int = 0
+    marker: str | None = None
+    marker_offsets: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
+    lag: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    latency: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
             raise HistoryError(f"epoch outcome must be one of {', '.join(OUTCOMES)}, not {self.outcome!r}")
         object.__setattr__(self, "start_offsets", _plain_offsets(self.start_offsets))
         object.__setattr__(self, "end_offsets", _plain_offsets(self.end_offsets))
+        object.__setattr__(self, "lag", _plain_offsets(self.lag))
+        object.__setattr__(
+            self,
+            "marker_offsets",
+            {str(group): _plain_offsets(offsets) for group, offsets in self.marker_offsets.items()},
+        )
+
+    @property
+    def outcome_detail(self) -> str:
+        """The outcome as a person reads it: "committed", "aborted-and-redone" (committed after at least one of
+        its transactions was aborted and redone), "skipped-on-replay" (every sink task found the epoch committed
+        before: a replay that wrote nothing), or the outcome itself ("failed", "aborted")."""
+        if self.outcome != "committed":
+            return self.outcome
+        if self.txn_aborts > 0:
+            return "aborted-and-redone"
+        if self.tasks > 0 and self.skipped_tasks >= self.tasks:
+            return "skipped-on-replay"
+        return "committed"
 
     @property
     def offsets_advanced(self) -> int | None:
@@ -310,6 +351,24 @@ class CheckpointHistory:
         newest_first = self._read(lambda entries: itertools.islice(entries, limit))
         return newest_first[::-1]
 
+    def entries_after(self, after: int = -1, limit: int | None = None) -> list[tuple[int, EpochRecord]]:
+        """Return `(seq, record)` of the kept entries written after sequence number `after`, oldest first; with
+        `limit`, only the newest `limit` of them.
+
+        `seq` numbers entries in write order from 0 and never repeats, so a reader that polls with the last `seq`
+        it saw gets exactly the entries written since (the web UI's timeline does).
+
+        Raises:
+            HistoryError: As for `records`.
+        """
+        if limit is not None and limit <= 0:
+            return []
+        newest_first = self._read(
+            lambda entries: itertools.islice(itertools.takewhile(lambda e: e[0] > after, entries), limit),
+            with_seq=True,
+        )
+        return newest_first[::-1]
+
     def last_committed(self, checkpoint_id: str | None = None) -> EpochRecord | None:
         """Return the newest entry with outcome "committed" (of `checkpoint_id`, when given), or None.
 
@@ -326,19 +385,20 @@ class CheckpointHistory:
         found = self._read(newest)
         return found[0] if found else None
 
-    def _read(self, pick: Callable[[Iterator[EpochRecord]], Iterable[EpochRecord]]) -> list[EpochRecord]:
-        """Run `pick` over the entries newest first, in one consistent view; readers retry torn views."""
+    def _read(self, pick: Callable[[Iterator[Any]], Iterable[Any]], with_seq: bool = False) -> list[Any]:
+        """Run `pick` over the entries newest first (`(seq, record)` pairs `with_seq`), in one consistent view;
+        readers retry torn views."""
         with self._lock:
             self._check_open()
             if not self.read_only:
-                return list(pick(self._newest_first(self._db.iter())))
+                return list(pick(self._newest_first(self._db.iter(), with_seq)))
             error: Exception | None = None
             for attempt in range(_READ_ATTEMPTS):
                 if attempt:
                     time.sleep(_READ_BACKOFF_S * attempt)
                 try:
                     self._db.try_catch_up_with_primary()
-                    return list(pick(self._newest_first(self._db.iter())))
+                    return list(pick(self._newest_first(self._db.iter(), with_seq)))
                 except HistoryError:
                     raise
                 except Exception as exc:  # a torn view, or a file the writer removed under us
@@ -355,8 +415,9 @@ class CheckpointHistory:
         self._drop_scratch()
         self._db = self._open_secondary()
 
-    def _newest_first(self, it: Any) -> Iterator[EpochRecord]:
-        """Yield entries newest first from one RocksDB iterator (one implicit snapshot).
+    def _newest_first(self, it: Any, with_seq: bool = False) -> Iterator[Any]:
+        """Yield entries (`(seq, entry)` pairs `with_seq`) newest first from one RocksDB iterator (one implicit
+        snapshot).
 
         Raises `_TornReadError` when the sequence numbers seen are not exactly `next-1, next-2, ... first`.
         """
@@ -369,7 +430,8 @@ class CheckpointHistory:
             seq = int(it.key()[len(_ENTRY_PREFIX) :])
             if seq != expected:
                 raise _TornReadError(f"entry {expected} missing (found {seq})")
-            yield EpochRecord.from_json(it.value())
+            rec = EpochRecord.from_json(it.value())
+            yield (seq, rec) if with_seq else rec
             expected -= 1
             it.prev()
 

@@ -1,4 +1,5 @@
-"""Read what Spark's streaming checkpoint says: the query id (the incarnation) and each epoch's end offsets.
+"""Read what Spark's streaming checkpoint says: the query id (the incarnation), each epoch's end offsets and
+watermark.
 
 Spark writes `offsets/N` (the end offsets of epoch N, one line per source) before any task of epoch N runs, and
 `metadata` (the query id) when the checkpoint is created. Both are read-only here.
@@ -55,6 +56,18 @@ def epoch_end_offsets(location: str | Path, epoch: int) -> list[dict[str, dict[s
             }
         )
     return sources
+
+
+def epoch_watermark_ms(location: str | Path, epoch: int) -> int | None:
+    """The event-time watermark epoch `epoch` ran with (`batchWatermarkMs` of `offsets/<epoch>`, epoch ms; 0 before
+    any watermark), or None when the log is missing or says nothing about it. For display: never raises."""
+    path = Path(location) / "offsets" / str(epoch)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        value = json.loads(lines[1]).get("batchWatermarkMs") if len(lines) > 1 else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int | float) else None
 
 
 def has_state(location: str | Path) -> bool:

@@ -13,7 +13,6 @@ every older holder of the id and completes its transaction), re-read the marker,
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
+from ethereal_kafka import faults
 from ethereal_kafka.checkpoint.clients import (
     drop_transactional_producer,
     group_consumer,
@@ -49,9 +49,6 @@ MAX_ATTEMPTS = 6
 #: end in `_recover`, whose new producer completes or aborts the transaction, not block the epoch for minutes.
 CALL_TIMEOUT_S = 30.0
 RETRY_DEADLINE_S = 60.0
-
-#: Fault injection for failure tests: sleep this long inside a task's first transaction, before its commit.
-FAULT_DELAY_ENV = "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS"
 
 _FATAL_CODES = {
     KafkaError._FENCED,
@@ -156,6 +153,7 @@ class TransactionalTask:
             TransactionError: no commit after `MAX_ATTEMPTS` attempts.
         """
         if self._committed_before():
+            self._trace(faults.SKIP)
             return False
         marker = EpochMarker(self.plan.app_id, self.plan.checkpoint_id, self.plan.epoch).render()
         offsets = [
@@ -195,10 +193,11 @@ class TransactionalTask:
                 failures.append(err)
 
         producer.begin_transaction()
+        self._trace(faults.OPEN)
         send_records(producer, records, on_delivery)
-        delay_ms = int(os.environ.get(FAULT_DELAY_ENV, "0") or 0) if first else 0
-        if delay_ms:
-            time.sleep(delay_ms / 1000)
+        delay_s = faults.txn_delay_s() if first else 0.0
+        if delay_s:
+            time.sleep(delay_s)
         metadata = self.consumer.consumer_group_metadata()
         committing = time.perf_counter()
         _retry(
@@ -207,8 +206,13 @@ class TransactionalTask:
                 lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
             )
         )
+        self._trace(faults.COMMIT)
         _retry(lambda: _bounded("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S)))
         self.commit_ms = (time.perf_counter() - committing) * 1000
+        self._trace(faults.DONE)
+
+    def _trace(self, step: str) -> None:
+        faults.trace(self.plan.query, self.plan.epoch, self.index, step)
 
     def _recover(self, error: KafkaError | None) -> None:
         """After a failed attempt: abort (abortable errors) or drop the producer (fatal ones, or a failed abort).

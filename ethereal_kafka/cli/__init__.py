@@ -13,6 +13,7 @@ from ethereal_kafka.cli import (
     offsets_cmd,
     replay_cmd,
     run_cmd,
+    ui_cmd,
     validate_cmd,
 )
 from ethereal_kafka.errors import EtherealKafkaError
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints_cmd.register(sub)
     offsets_cmd.register(sub)
     replay_cmd.register(sub)
+    ui_cmd.register(sub)
     return parser
 
 

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.checkpoint.apps import RunRecord, read_run_record
@@ -49,6 +50,16 @@ def add_app_arguments(parser: Any) -> None:
     parser.add_argument("app", metavar="APP", nargs="?", help="the app.id of a job that ran on this host")
     parser.add_argument(
         "--job", metavar="FILE", help="the job .properties file (instead of, or to check, APP)"
+    )
+
+
+def add_history_argument(parser: Any) -> None:
+    """Add `--state-dir DIR` (the checkpoint history's folder) to a sub-command's parser."""
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="explicit history directory (default: <cache>/apps/APP/history)",
     )
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.checkpoint.history import CheckpointHistory, EpochRecord
+from ethereal_kafka.cli.app_job import add_history_argument
 
 COLUMNS = (
     "EPOCH",
@@ -32,12 +32,7 @@ def register(sub: Any) -> None:
     parser.add_argument("app", metavar="APP", help="the app.id of the job")
     parser.add_argument("--limit", type=int, default=None, help="show only the newest N epoch attempts")
     parser.add_argument("--json", action="store_true", help="print one JSON object per epoch attempt")
-    parser.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        help="explicit history directory (default: <cache>/apps/APP/history)",
-    )
+    add_history_argument(parser)
     parser.set_defaults(handler=run)
 
 

@@ -107,6 +107,11 @@ class JobConfig(Model):
     metrics_port: int = setting(
         0, key="metrics.port", check=_port, doc="metrics endpoint port; 0 = a free port, logged at start"
     )
+    ui_enabled: bool = setting(
+        True, key="ui.enabled", doc="serve the web UI (stream graph, checkpoints, latency) from the driver"
+    )
+    ui_host: str = setting("127.0.0.1", key="ui.host", doc="address the web UI binds to")
+    ui_port: int = setting(0, key="ui.port", check=_port, doc="web UI port; 0 = a free port, logged at start")
     progress: str = setting(
         "auto",
         key="progress",

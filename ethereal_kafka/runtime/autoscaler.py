@@ -245,13 +245,14 @@ class Autoscaler:
                     log.debug("autoscale: released late executors %s", ", ".join(released))
 
     def _count(self, decision: Decision, now_ms: int) -> None:
+        applies = self.control.applies
         self.metrics.observe_scaling(
             now_ms,
             decision.action,
             decision.executors_before,
             decision.executors_after,
-            decision.reason,
-            self.control.applies,
+            decision.reason if applies else f"local mode, not applied: {decision.reason}",
+            applies,
             self.control.registered(),
         )
         if decision.action == HOLD:

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming import StreamingQuery
 
+    from ethereal_kafka.runtime.description import RunDescription
+
 
 Pipeline = Callable[[Mapping[str, "DataFrame"]], "DataFrame | Mapping[str, DataFrame]"]
 
@@ -36,10 +38,12 @@ def resolve_pipeline(spec: str) -> Pipeline:
 
 @dataclass
 class RunningJob:
-    """The streaming queries of a started job (one per sink), and the autoscaler watching them (if any: an object
-    with `stop()`, see `runtime.autoscaler`)."""
+    """The streaming queries of a started job (one per sink), the run's description (`runtime.description`; None
+    when the job was started without one), and the autoscaler watching them (if any: an object with `stop()`, see
+    `runtime.autoscaler`)."""
 
     queries: dict[str, StreamingQuery]
+    description: RunDescription | None = None
     autoscaler: Any = None
 
     def close(self) -> None:

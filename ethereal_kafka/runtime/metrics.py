@@ -20,7 +20,6 @@ Nothing happens at import time: the endpoint, the listener and the report channe
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import re
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ethereal_kafka.connectors.kafka.offsets import ranges
 from ethereal_kafka.connectors.kafka.read_stats import ReadReport, bucket_age
 from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.runtime.histogram import Histogram
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -80,33 +80,40 @@ ALL_SINKS = "*"
 Labels = tuple[str, ...]
 
 
-class Histogram:
-    """Bucket counts, count and sum of observations (non-cumulative buckets; `+Inf` last)."""
+#: Auto-scaling decisions kept for the web UI.
+MAX_DECISIONS = 1000
 
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.buckets = [0] * (len(self.bounds) + 1)
-        self.count = 0
-        self.sum = 0.0
 
-    def observe(self, value: float, n: int = 1) -> None:
-        """Add `n` observations of `value` (bucket, count and sum)."""
-        self.place(value, n)
-        self.sum += value * n
+@dataclass(frozen=True)
+class ScalingDecision:
+    """One decision of an auto-scaler, as the web UI's decisions panel shows it (`JobMetrics.record_decision`).
 
-    def place(self, value: float, n: int = 1) -> None:
-        """Add `n` observations of `value` to its bucket and the count only (the caller keeps the sum exact)."""
-        self.buckets[bisect.bisect_left(self.bounds, value)] += n
-        self.count += n
+    Attributes:
+        time_ms: When it was taken, epoch milliseconds.
+        action: What it did, e.g. `scale-up`, `scale-down`, `hold`.
+        executors_before: Executors before the decision.
+        executors_after: Executors asked for by it.
+        reason: One line saying why (the figures it acted on).
+        applied: False when the decision was only logged (local mode: there are no executors to change).
+    """
 
-    def cumulative(self) -> list[tuple[str, float]]:
-        """`(le, cumulative count)` pairs in Prometheus form, ending with `+Inf`."""
-        out = []
-        running = 0
-        for bound, n in zip((*self.bounds, float("inf")), self.buckets, strict=True):
-            running += n
-            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), float(running)))
-        return out
+    time_ms: int
+    action: str
+    executors_before: int
+    executors_after: int
+    reason: str
+    applied: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """The decision as a JSON-friendly dict (the fields by name)."""
+        return {
+            "time_ms": self.time_ms,
+            "action": self.action,
+            "executors_before": self.executors_before,
+            "executors_after": self.executors_after,
+            "reason": self.reason,
+            "applied": self.applied,
+        }
 
 
 @dataclass(frozen=True)
@@ -146,10 +153,6 @@ class LoadReading:
     lag: int | None
     epoch_seconds: Mapping[str, float]
     latency_buckets: tuple[int, ...]
-
-
-#: How many scaling decisions a run keeps for `JobMetrics.scaling_decisions` (the oldest are dropped).
-DECISIONS_KEPT = 1000
 
 
 @dataclass
@@ -195,7 +198,7 @@ class JobMetrics:
         self.epoch_budgets: dict[Labels, int] = {}  # (query, source): adaptive records per epoch
         self.scaling: dict[Labels, int] = defaultdict(int)  # (action, applied)
         self.executors: dict[Labels, int] = {}  # (state,): registered | target
-        self._decisions: deque[dict[str, Any]] = deque(maxlen=DECISIONS_KEPT)
+        self._decisions: deque[ScalingDecision] = deque(maxlen=MAX_DECISIONS)
 
     # -- feeds ---------------------------------------------------------------------------------------------------
     def add_query(self, name: str, sinks: Sequence[str], side_outputs: Collection[str] = ()) -> None:
@@ -210,12 +213,20 @@ class JobMetrics:
             for report in reports:
                 self._pending[(report.topic, report.partition, report.until)].append((now, report))
 
-    def observe_epoch(self, query: str, record: EpochRecord, tasks: Sequence[Any] = ()) -> None:
-        """Count one epoch outcome of `query` (`tasks`: the sink tasks' summary rows, `txn_task.RESULT_SCHEMA`)."""
+    def observe_epoch(
+        self, query: str, record: EpochRecord, tasks: Sequence[Any] = ()
+    ) -> dict[str, Any] | None:
+        """Count one epoch outcome of `query` (`tasks`: the sink tasks' summary rows, `txn_task.RESULT_SCHEMA`).
+
+        Called by the coordinator before it records the epoch (an epoch annotator). Returns, for a committed
+        epoch, the figures the checkpoint history keeps with it: `latency` (the end-to-end latency histogram of
+        exactly this epoch's input records, on the endpoint's buckets) and `lag` (`{topic: {partition: lag}}` of
+        the query's inputs, as last reported); None for other outcomes.
+        """
         with self._lock:
             self.epochs[(query, record.outcome)] += 1
             if record.outcome != "committed":
-                return
+                return None
             shape = self._queries.setdefault(query, _Query((), frozenset()))
             commit_ms = record.started_ms + record.duration_ms
             if shape.last_epoch is None or record.epoch >= shape.last_epoch:
@@ -223,8 +234,22 @@ class JobMetrics:
                 shape.last_commit_s = commit_ms / 1000
             self._histogram(self.epoch_seconds, (query,), EPOCH_BUCKETS).observe(record.duration_ms / 1000)
             self._count_outputs(query, shape, record, tasks)
-            self._claim_reads(query, record, commit_ms)
+            latency = Histogram(LATENCY_BUCKETS)
+            self._claim_reads(query, record, commit_ms, latency)
             self._prune()
+            lag: dict[str, dict[str, int]] = {}
+            for (q, _source, topic, partition), value in self.lag.items():
+                if q == query:
+                    lag.setdefault(topic, {})[partition] = value
+            return {"latency": latency.to_dict() if latency.count else None, "lag": lag}
+
+    def record_decision(self, decision: ScalingDecision) -> None:
+        """Keep one auto-scaling decision for the web UI's decisions panel (the newest `MAX_DECISIONS`).
+
+        The hook for an auto-scaler running in the driver: call it once per decision, from any thread.
+        """
+        with self._lock:
+            self._decisions.append(decision)
 
     def observe_progress(self, progress: Mapping[str, Any]) -> None:
         """Take lag and watermark drops from one Spark progress report (its JSON form, parsed)."""
@@ -263,32 +288,22 @@ class JobMetrics:
         registered: int | None,
     ) -> None:
         """Count one evaluation of the scaling policy (`runtime.autoscaler`); scale-ups and scale-downs are also
-        kept for `scaling_decisions`. `registered`: executors registered with the driver now (None in local
-        mode)."""
+        kept as `ScalingDecision`s (the web UI's decisions panel). `registered`: executors registered with the
+        driver now (None in local mode)."""
         with self._lock:
             self.scaling[(action, "true" if applied else "false")] += 1
             self.executors[("target",)] = after
             if registered is not None:
                 self.executors[("registered",)] = registered
             if action != "hold":
-                self._decisions.append(
-                    {
-                        "time": at_ms,
-                        "action": action,
-                        "executors_before": before,
-                        "executors_after": after,
-                        "reason": reason,
-                        "applied": applied,
-                    }
-                )
+                self._decisions.append(ScalingDecision(at_ms, action, before, after, reason, applied))
 
     # -- outputs -------------------------------------------------------------------------------------------------
     def scaling_decisions(self) -> list[dict[str, Any]]:
-        """The scaling decisions of this run, oldest first (at most `DECISIONS_KEPT`): each
-        `{"time": Unix ms, "action": "scale-up" | "scale-down", "executors_before": int, "executors_after": int,
-        "reason": str, "applied": bool}` (`applied` is False in local mode, where the policy only logs)."""
+        """The scaling decisions of this run, oldest first (at most `MAX_DECISIONS`), as `ScalingDecision.to_dict`
+        gives them (also under `figures()["decisions"]`, which the web UI shows)."""
         with self._lock:
-            return [dict(d) for d in self._decisions]
+            return [d.to_dict() for d in self._decisions]
 
     def load_reading(self) -> LoadReading:
         """The cumulative figures the scaling policy's load is derived from."""
@@ -321,6 +336,51 @@ class JobMetrics:
                 last_epoch_ms=latest.last_epoch_ms if latest else None,
                 failed_epochs=sum(n for (_, outcome), n in self.epochs.items() if outcome == "failed"),
             )
+
+    def figures(self) -> dict[str, Any]:
+        """Every figure now, per query, as plain JSON-friendly values (the web UI's live view).
+
+        Returns `{"queries": {query: {...}}, "decisions": [...]}`; each query has its `sinks`, `last_epoch`,
+        `last_epoch_ms`, `last_commit_s`, per-source `records_in`, `dead_lettered`, `skipped` and `lag`
+        (`{source: {topic: {partition: lag}}}`), per-sink `records_out`, `late` (`[{reason, origin, records}]`),
+        `epochs` by outcome, and `latency`: the end-to-end latency histogram over all its sources (`Histogram.
+        to_dict()`, the endpoint's buckets summed over `source`), or None.
+        """
+        with self._lock:
+            names = set(self._queries) | {k[0] for k in self.records_in} | {k[0] for k in self.epochs}
+            queries: dict[str, dict[str, Any]] = {}
+            for name in sorted(names):
+                shape = self._queries.get(name, _Query((), frozenset()))
+                latency: Histogram | None = None
+                for (q, _source), hist in self.latency_seconds.items():
+                    if q == name:
+                        if latency is None:
+                            latency = Histogram(hist.bounds)
+                        latency.add(hist)
+                lag: dict[str, dict[str, dict[str, int]]] = {}
+                for (q, source, topic, partition), value in self.lag.items():
+                    if q == name:
+                        lag.setdefault(source, {}).setdefault(topic, {})[partition] = value
+                queries[name] = {
+                    "sinks": list(shape.sinks),
+                    "last_epoch": shape.last_epoch,
+                    "last_epoch_ms": shape.last_epoch_ms,
+                    "last_commit_s": shape.last_commit_s,
+                    "records_in": _by_second(self.records_in, name),
+                    "records_out": _by_second(self.records_out, name),
+                    "dead_lettered": _by_second(self.dead_lettered, name),
+                    "skipped": _by_second(self.skipped, name),
+                    "lag": lag,
+                    "late": [
+                        {"reason": reason, "origin": origin, "records": n}
+                        for (q, reason, origin), n in sorted(self.late.items())
+                        if q == name
+                    ],
+                    "epochs": _by_second(self.epochs, name),
+                    "latency": latency.to_dict() if latency is not None else None,
+                }
+            decisions = [d.to_dict() for d in self._decisions]
+        return {"queries": queries, "decisions": decisions}
 
     def collect(self) -> Iterator[Metric]:
         """Every metric as Prometheus metric families (the `prometheus_client` Collector protocol)."""
@@ -405,8 +465,8 @@ class JobMetrics:
             if sink in shape.side_outputs and count:
                 self.late[(query, "side-output", sink)] += count
 
-    def _claim_reads(self, query: str, record: EpochRecord, commit_ms: int) -> None:
-        """Count the read reports of exactly this epoch's offset ranges."""
+    def _claim_reads(self, query: str, record: EpochRecord, commit_ms: int, epoch: Histogram) -> None:
+        """Count the read reports of exactly this epoch's offset ranges (their latencies also into `epoch`)."""
         known_starts = bool(record.start_offsets)
         for topic, partition, start, until in ranges(record.start_offsets, record.end_offsets):
             queue = self._pending.get((topic, partition, until))
@@ -415,12 +475,12 @@ class JobMetrics:
             for i, (_, report) in enumerate(queue):
                 if report.start == start or not known_starts:
                     del queue[i]
-                    self._count_read(query, report, commit_ms)
+                    self._count_read(query, report, commit_ms, epoch)
                     break
             if not queue:
                 del self._pending[(topic, partition, until)]
 
-    def _count_read(self, query: str, report: ReadReport, commit_ms: int) -> None:
+    def _count_read(self, query: str, report: ReadReport, commit_ms: int, epoch: Histogram) -> None:
         key = (query, report.source)
         self.records_in[key] += report.records
         self.dead_lettered[key] += report.dead_lettered
@@ -430,8 +490,12 @@ class JobMetrics:
         hist = self._histogram(self.latency_seconds, key, LATENCY_BUCKETS)
         waited = commit_ms - report.read_ms
         for bucket, count in report.ages.items():
-            hist.place((waited + bucket_age(bucket)) / 1000, count)
-        hist.sum += (report.timestamped * commit_ms - report.timestamp_sum_ms) / 1000
+            seconds = (waited + bucket_age(bucket)) / 1000
+            hist.place(seconds, count)
+            epoch.place(seconds, count)
+        total = (report.timestamped * commit_ms - report.timestamp_sum_ms) / 1000
+        hist.sum += total
+        epoch.sum += total
 
     def _prune(self) -> None:
         horizon = self._clock() - PENDING_TTL_S
@@ -453,6 +517,11 @@ class JobMetrics:
                     break
             self._topic_sources[topic] = found
         return self._topic_sources[topic]
+
+
+def _by_second(table: Mapping[Labels, int], query: str) -> dict[str, int]:
+    """`{second label: value}` of the entries of `table` (keyed `(query, x)`) that belong to `query`."""
+    return {key[1]: value for key, value in sorted(table.items()) if key[0] == query}
 
 
 def _field(row: Any, name: str, default: Any) -> Any:
@@ -517,7 +586,7 @@ class RunMetrics:
             return
         for name, shape in coordinator.shapes.items():
             self.metrics.add_query(name, [s.name for s in shape.sinks], side_outputs)
-        coordinator.epoch_listeners.append(self.metrics.observe_epoch)
+        coordinator.epoch_annotators.append(self.metrics.observe_epoch)
 
     def start_progress(self) -> None:
         """Start the console progress line (when configured)."""
@@ -546,7 +615,8 @@ class RunMetrics:
 
 def open_metrics(spark: SparkSession, loaded: LoadedJob) -> RunMetrics:
     """Set up a run's metrics before its queries start: the report channel, the Prometheus endpoint
-    (`metrics.enabled`), the progress listener and the console progress line (`progress`).
+    (`metrics.enabled`), the progress listener and the console progress line (`progress`). The bookkeeping also
+    exists when only the web UI (`ui.enabled`) needs it.
 
     Raises:
         ConfigError: the endpoint cannot listen on `metrics.host`:`metrics.port`.
@@ -555,7 +625,12 @@ def open_metrics(spark: SparkSession, loaded: LoadedJob) -> RunMetrics:
     from ethereal_kafka.runtime.progress import ProgressLine
 
     job = loaded.job
-    if not job.metrics_enabled and job.progress == "off" and job.autoscale_policy == "off":
+    if (
+        not job.metrics_enabled
+        and job.progress == "off"
+        and not job.ui_enabled
+        and job.autoscale_policy == "off"
+    ):
         return RunMetrics()
     metrics = JobMetrics(job.app_id, loaded.sources)
     channel = ReportChannel(metrics.add_reports)

@@ -73,27 +73,50 @@ def source_frame(spark: SparkSession, config: KafkaSourceConfig) -> DataFrame:
     return spark.readStream.format("ethereal-kafka").options(**config.to_properties()).load()
 
 
+@dataclass(frozen=True)
+class BuiltPipeline:
+    """A pipeline's queries, and its description for people (`plan.describe`: which operator runs where)."""
+
+    queries: list[QueryBuild]
+    plan: dict[str, Any]
+
+
 def build_queries(
     spark: SparkSession,
     loaded: LoadedJob,
     sources: Mapping[str, KafkaSourceConfig],
     graph_builder: Callable[[StreamExecutionEnvironment], None] | None = None,
 ) -> list[QueryBuild]:
+    """The queries of `build_pipeline` (same arguments, same errors)."""
+    return build_pipeline(spark, loaded, sources, graph_builder).queries
+
+
+def build_pipeline(
+    spark: SparkSession,
+    loaded: LoadedJob,
+    sources: Mapping[str, KafkaSourceConfig],
+    graph_builder: Callable[[StreamExecutionEnvironment], None] | None = None,
+) -> BuiltPipeline:
     """Call the job's pipeline function (or `graph_builder`, which builds a DataStream graph on the environment it
-    is given: `env.execute()` uses it) and return its queries.
+    is given: `env.execute()` uses it) and return its queries with their description.
 
     Raises:
         ConfigError: the pipeline cannot be imported, returns something other than DataFrames, or its outputs do
             not match the job's sinks.
     """
+    from ethereal_kafka.plan.describe import describe_dataframe, describe_graph, with_query_shapes
+
+    guarantee = loaded.job.delivery_guarantee
     function: Any = graph_builder or dataframe_pipeline(spark, loaded)
     if graph_builder is not None or is_graph_pipeline(function):
         from ethereal_kafka.api.environment import StreamExecutionEnvironment
         from ethereal_kafka.plan.compiler import ConnectorSet, compile_graph
+        from ethereal_kafka.plan.queries import plan_queries
 
         env = StreamExecutionEnvironment.for_job(loaded, sources=sources)
         function(env)
-        return [
+        graph = env.graph()
+        builds = [
             QueryBuild(
                 q.name,
                 q.frame,
@@ -107,11 +130,15 @@ def build_queries(
             )
             for q in compile_graph(
                 spark,
-                env.graph(),
+                graph,
                 loaded.job,
                 ConnectorSet(dict(sources), dict(loaded.sinks), dict(loaded.tables)),
             )
         ]
+        plan = describe_graph(
+            graph, plan_queries(graph, dict(sources)), sources, loaded.sinks, guarantee, loaded.tables
+        )
+        return BuiltPipeline(builds, with_query_shapes(plan, _shapes(builds)))
     frames = {name: source_frame(spark, conf) for name, conf in sources.items()}
     outputs: Any = function(frames)
     if not isinstance(outputs, Mapping):
@@ -139,4 +166,16 @@ def build_queries(
                 shape.stateful,
             )
         )
-    return builds
+    what = loaded.job.pipeline or "transform.sql"
+    plan = describe_dataframe(
+        [(b.name, [s.name for s in b.sinks], [s.name for s in b.sources]) for b in builds],
+        sources,
+        loaded.sinks,
+        guarantee,
+        what,
+    )
+    return BuiltPipeline(builds, with_query_shapes(plan, _shapes(builds)))
+
+
+def _shapes(builds: list[QueryBuild]) -> dict[str, dict[str, Any]]:
+    return {b.name: {"mode": b.mode, "stateful": b.stateful, "output_mode": b.output_mode} for b in builds}

@@ -15,7 +15,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ethereal_kafka.checkpoint.apps import hold_run_lock, record_run
 from ethereal_kafka.checkpoint.clients import close_cached_clients
@@ -29,16 +29,17 @@ from ethereal_kafka.connectors.kafka.clients import close_cached_consumers
 from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.runtime.admission import EpochSizer, sized_source
 from ethereal_kafka.runtime.autoscaler import open_autoscaler
+from ethereal_kafka.runtime.description import RunDescription, write_description
 from ethereal_kafka.runtime.errors import JobFailedError
 from ethereal_kafka.runtime.failure import root_cause
 from ethereal_kafka.runtime.job import RunningJob
-from ethereal_kafka.runtime.lifecycle import JobLifecycle
+from ethereal_kafka.runtime.lifecycle import JobLifecycle, StopReport
 from ethereal_kafka.runtime.logs import configure_python_logging, default_log_dir, route_spark_logs
 from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
-from ethereal_kafka.runtime.pipeline import build_queries
+from ethereal_kafka.runtime.pipeline import build_pipeline
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
@@ -48,6 +49,14 @@ if TYPE_CHECKING:
     GraphBuilder = Callable[[StreamExecutionEnvironment], None]
 
 log = logging.getLogger(__name__)
+
+
+class RunObserver(Protocol):
+    """Watches a run from before its first epoch (the web UI, `ethereal_kafka.ui.live`)."""
+
+    def watch(self, coordinator: CheckpointCoordinator, description: RunDescription) -> None:
+        """Called by `start` once the coordinator is prepared and before any query starts: from here on every
+        epoch outcome reaches the coordinator's epoch listeners."""
 
 
 def job_sources(
@@ -86,11 +95,15 @@ def start(
     available_now: bool = False,
     graph_builder: GraphBuilder | None = None,
     metrics: RunMetrics | None = None,
+    observers: Sequence[RunObserver] = (),
+    log_dir: str | Path | None = None,
 ) -> tuple[RunningJob, CheckpointCoordinator]:
     """Build the job's queries under a coordinator and start them (`graph_builder`: see `build_queries`; `metrics`
-    watches the coordinator from before the first epoch). With adaptive epoch sizing the epoch sizer posts each
-    source's first budget before the queries start; with an `autoscale.policy` the autoscaler places the executors
-    before and evaluates once they run (`RunningJob.close()` stops it)."""
+    and `observers` watch the coordinator from before the first epoch). The run's description (its plan and
+    masked configuration, `runtime.description`) is recorded for the app and handed to the observers; the
+    returned job carries it too (`log_dir`: the run's log folder, shown with it). With adaptive epoch sizing the
+    epoch sizer posts each source's first budget before the queries start; with an `autoscale.policy` the
+    autoscaler places the executors before and evaluates once they run (`RunningJob.close()` stops it)."""
     job = loaded.job
     # Held (shared) until the process ends: `ethereal-kafka replay` refuses while any instance holds it, and cannot
     # change the checkpoint between this look at it and the start (see checkpoint.apps).
@@ -99,7 +112,8 @@ def start(
     # A replay leaves its start positions in the checkpoint root; they apply while the checkpoint is fresh.
     replay_starts = take_replay_intent(job.checkpoint_location, job.app_id, fresh)
     sources = job_sources(loaded, fresh, replay_starts)
-    builds = build_queries(spark, loaded, sources, graph_builder)
+    pipeline = build_pipeline(spark, loaded, sources, graph_builder)
+    builds = pipeline.queries
     history = HistoryLog(job.app_id)
     coordinator = CheckpointCoordinator(
         CoordinatorSettings(
@@ -128,6 +142,14 @@ def start(
     bookkeeping = metrics.metrics if metrics is not None else None
     if metrics is not None:
         metrics.watch(coordinator, side_outputs=[sink for b in builds for sink in b.late_sinks])
+    context = spark.sparkContext
+    description = RunDescription.of(loaded, pipeline.plan, context.master or "", context.uiWebUrl, log_dir)
+    try:
+        write_description(description)
+    except OSError as exc:  # for people only: the run goes on without it
+        log.warning("could not record the run's description: %s", exc)
+    for observer in observers:
+        observer.watch(coordinator, description)
     EpochSizer(job, bookkeeping.set_epoch_budget if bookkeeping is not None else None).watch(coordinator)
     autoscaler = open_autoscaler(spark, job, bookkeeping, coordinator.gate)
     queries = {}
@@ -153,7 +175,7 @@ def start(
             wait_initialized(queries[build.name])
     if autoscaler is not None:
         autoscaler.start()
-    return RunningJob(queries, autoscaler), coordinator
+    return RunningJob(queries, description, autoscaler), coordinator
 
 
 def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
@@ -168,6 +190,65 @@ def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
         if not str(query.status.get("message", "")).startswith("Initializing"):
             return
         time.sleep(0.1)
+
+
+def job_spark_conf(loaded: LoadedJob) -> dict[str, str]:
+    """The Spark settings a job runs with: its `spark.*` pass-through keys, its sink tasks as shuffle partitions,
+    and the state store of its `state.backend`."""
+    from ethereal_kafka.runtime.spark import STATE_STORE_KEY, STATE_STORE_PROVIDERS
+
+    job = loaded.job
+    return {
+        **{f"spark.{k}": v for k, v in job.passthrough.items()},
+        "spark.sql.shuffle.partitions": str(job.sink_tasks),
+        STATE_STORE_KEY: STATE_STORE_PROVIDERS[job.state_backend],
+    }
+
+
+def execute(
+    spark: SparkSession,
+    loaded: LoadedJob,
+    lifecycle: JobLifecycle,
+    available_now: bool = False,
+    graph_builder: GraphBuilder | None = None,
+    log_dir: str | Path | None = None,
+) -> StopReport:
+    """Run `loaded` on `spark` under `lifecycle` until it stops; the session is left running.
+
+    Called by `run` (which owns the session) and by the test kit's in-process runner (which shares one session
+    between jobs). The job's metrics are closed before it returns; its queries have stopped.
+
+    Raises:
+        EtherealKafkaError: the coordinator refused to start or a query failed (`JobFailedError`); one line.
+    """
+    job = loaded.job
+    metrics = RunMetrics()
+    ui: Any = None
+    running: RunningJob | None = None
+    try:
+        log.info("job %s starting on %s", job.app_id, spark.sparkContext.master)
+        metrics = open_metrics(spark, loaded)
+        ui = open_ui(loaded, metrics)
+        observers = [ui] if ui is not None else []
+        running, coordinator = start(
+            spark, loaded, available_now, graph_builder, metrics, observers, log_dir=log_dir
+        )
+        metrics.start_progress()
+        lifecycle.attach(running, coordinator.gate)
+        log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
+        return lifecycle.wait()
+    except EtherealKafkaError:
+        log.debug("job %s failed", job.app_id, exc_info=True)
+        raise
+    except Exception as exc:
+        log.debug("job %s failed", job.app_id, exc_info=True)
+        raise JobFailedError(f"job {job.app_id} failed: {root_cause(exc)}{lifecycle.log_hint}") from exc
+    finally:
+        if running is not None:
+            running.close()
+        if ui is not None:
+            ui.close()
+        metrics.close()
 
 
 def run(
@@ -186,58 +267,45 @@ def run(
         EtherealKafkaError: the job file is invalid or the coordinator refuses to start (`ConfigError`,
             `RecoveryError`, ...), or a query failed (`JobFailedError`); each message is one line.
     """
-    from ethereal_kafka.runtime.spark import (
-        STATE_STORE_KEY,
-        STATE_STORE_PROVIDERS,
-        launched_by_spark_submit,
-        local_session,
-    )
+    from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
 
     loaded = load_job(job_path)
     job = loaded.job
     logs = Path(log_dir) if log_dir else default_log_dir(job.app_id)
     configure_python_logging(logs)
-    hint = f" (full trace under {logs})"
-    lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=hint)
+    lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
     lifecycle.stop_when_drained = available_now
     lifecycle.install_signal_handlers()
     try:
         spark = local_session(
-            f"ethereal-kafka-{job.app_id}",
-            master=job.spark_master,
-            conf={
-                **{f"spark.{k}": v for k, v in job.passthrough.items()},
-                "spark.sql.shuffle.partitions": str(job.sink_tasks),
-                STATE_STORE_KEY: STATE_STORE_PROVIDERS[job.state_backend],
-            },
+            f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=job_spark_conf(loaded)
         )
-        metrics = RunMetrics()
-        running: RunningJob | None = None
         try:
             if not launched_by_spark_submit():
                 route_spark_logs(spark, logs)
-            log.info("job %s starting on %s (logs: %s)", job.app_id, spark.sparkContext.master, logs)
-            metrics = open_metrics(spark, loaded)
-            running, coordinator = start(spark, loaded, available_now, graph_builder, metrics)
-            metrics.start_progress()
-            lifecycle.attach(running, coordinator.gate)
-            log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
-            report = lifecycle.wait()
-        except EtherealKafkaError:
-            log.debug("job %s failed", job.app_id, exc_info=True)
-            raise
-        except Exception as exc:
-            log.debug("job %s failed", job.app_id, exc_info=True)
-            raise JobFailedError(f"job {job.app_id} failed: {root_cause(exc)}{hint}") from exc
+            log.info("job %s logs: %s", job.app_id, logs)
+            report = execute(spark, loaded, lifecycle, available_now, graph_builder, log_dir=logs)
         finally:
-            if running is not None:
-                running.close()
-            metrics.close()
             stop_session(spark)
     finally:
         lifecycle.restore_signal_handlers()
     log.info("%s", report.line())
     return 0
+
+
+def open_ui(loaded: LoadedJob, metrics: RunMetrics) -> Any:
+    """The hook to the web UI (`ethereal_kafka.ui.live`, a layer above this one, imported only here): serve it on
+    `ui.host`:`ui.port` when `ui.enabled`; returns the UI (a `RunObserver` with `close()`) or None.
+
+    Raises:
+        ConfigError: the UI cannot listen on its address.
+    """
+    job = loaded.job
+    if not job.ui_enabled or metrics.metrics is None:
+        return None
+    from ethereal_kafka.ui.live import LiveUi
+
+    return LiveUi.serve(metrics.metrics, job.ui_host, job.ui_port)
 
 
 def stop_session(spark: SparkSession) -> None:
@@ -247,6 +315,11 @@ def stop_session(spark: SparkSession) -> None:
         spark.stop()
     except Exception:
         log.warning("stopping Spark failed", exc_info=True)
+    close_clients()
+
+
+def close_clients() -> None:
+    """Close the Kafka clients this process cached for its jobs (the driver's coordinator and source clients)."""
     close_cached_clients()
     close_cached_consumers()
 

@@ -1,15 +1,18 @@
-"""The crash harness: run a job as a separate process, SIGKILL it at random moments, restart it, until it has
-consumed its input; then compare what a read_committed consumer sees with the expected output.
+"""The crash harness: run a job as a separate process, SIGKILL it at random moments inside its epochs, restart it,
+until it has consumed its input; then compare what a read_committed consumer sees with the expected output.
 
-    python -m ethereal_kafka.testing.crash JOB.properties --kills 10 --seed 7
+    python -m ethereal_kafka.testing.crash JOB.properties --kills 10 --seed 7 --expected F --bootstrap B --topic T
 
-The kill takes the whole process group (driver, Spark JVM, Python workers), as a machine crash would. The last line
-printed is `records=N duplicates=D lost=L kills=K`.
+Kills are timed on the job's progress (after each run's first committed epoch), so every one lands inside the
+protocol rather than in a JVM's start-up, and each is reported with where it landed. The kill takes the whole
+process group (driver, Spark JVM, Python workers), as a machine crash would. The last line printed is
+`records=N duplicates=D lost=L kills=K`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -21,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ethereal_kafka import faults
 from ethereal_kafka.errors import EtherealKafkaError
 
 
@@ -30,12 +34,13 @@ class HarnessError(EtherealKafkaError):
 
 @dataclass(frozen=True)
 class CrashRun:
-    """What the harness did."""
+    """What the harness did; `landed` says where each kill landed (see `describe_kill`)."""
 
     kills: int
     runs: int
     seconds: float
     log: Path
+    landed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,68 +71,191 @@ def run_with_kills(
     job: str | Path,
     kills: int,
     seed: int,
-    window_s: tuple[float, float] = (3.0, 15.0),
+    window_s: tuple[float, float] = (0.0, 0.8),
     env: Mapping[str, str] | None = None,
     timeout_s: float = 900.0,
     log: Path | None = None,
+    epochs_before_kill: tuple[int, int] = (0, 2),
+    first_commit_timeout_s: float = 240.0,
 ) -> CrashRun:
-    """Run `ethereal-kafka run JOB --available-now` until it exits 0, SIGKILLing the first `kills` runs after a
-    random delay in `window_s` (a run that finishes before its kill counts no kill, and the next run is killed).
+    """Run `ethereal-kafka run JOB --available-now` until it exits 0, SIGKILLing each of the first `kills` runs
+    inside the protocol, then let the last run finish.
 
-    Once a run has finished by itself the input is consumed and every later run only starts, recovers and stops:
-    the delays are then drawn from 30-90 % of that run's duration, so the remaining kills land inside such runs
-    instead of the harness waiting for a kill that a short run never reaches.
+    A kill is timed on the job's own progress, not on the clock of a starting JVM: once the run has committed its
+    first epoch (a new file in a query's Spark commit log: start-up and recovery are over), the harness waits for
+    `randint(*epochs_before_kill)` more epochs to be planned (new files in the offset logs), then
+    `uniform(*window_s)` seconds, and kills the whole process group. Each kill is recorded with where it landed
+    (`CrashRun.landed`): the epoch in flight, its transactions (from the sink tasks' fault trace) and whether Spark
+    had committed it.
 
     Raises:
-        HarnessError: a run exited non-zero by itself, or the whole harness exceeded `timeout_s`.
+        HarnessError: a run exited non-zero by itself; a run finished (its input consumed) before the harness
+            could kill it `kills` times (give the job more input or smaller epochs); no epoch committed within
+            `first_commit_timeout_s`; or the whole harness exceeded `timeout_s`.
     """
+    from ethereal_kafka.config.job import load_job
+
     rng = random.Random(seed)
     log_path = log or Path(f"/tmp/ethereal-crash-{os.getpid()}.log")
+    root = Path(load_job(job).job.checkpoint_location)
+    trace = log_path.with_suffix(".trace")
     began = time.monotonic()
     done_kills = runs = 0
+    landed: list[str] = []
     cmd = [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job), "--available-now"]
+    run_env = {**os.environ, **(env or {}), faults.TRACE_ENV: str(trace)}
     with log_path.open("ab") as out:
         while True:
-            if time.monotonic() - began > timeout_s:
-                raise HarnessError(
-                    f"crash harness exceeded {timeout_s:.0f}s after {done_kills} kills (log {log_path})"
-                )
             runs += 1
             out.write(f"\n=== run {runs} (kills so far {done_kills}) ===\n".encode())
             out.flush()
+            before = _log_files(root, "commits")
             proc = subprocess.Popen(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
-                start_new_session=True,
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=run_env, start_new_session=True
             )
             started = time.monotonic()
             if done_kills < kills:
-                delay = rng.uniform(*window_s)
-                try:
-                    code = proc.wait(timeout=delay)
-                except subprocess.TimeoutExpired:
+                target = _kill_moment(
+                    proc, root, trace, before, rng, window_s, epochs_before_kill, first_commit_timeout_s
+                )
+                if target is not None:
+                    where = describe_kill(root, trace)
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
                     _wait_group_gone(proc.pid)
                     done_kills += 1
+                    landed.append(
+                        f"kill {done_kills} (run {runs}, {time.monotonic() - started:.1f}s after its start, aimed at "
+                        f"{target}): {where}"
+                    )
+                    out.write(f"=== SIGKILL {landed[-1]}\n".encode())
+                    out.flush()
+                    _check_deadline(began, timeout_s, done_kills, log_path)
                     continue
-            else:
-                try:
-                    code = proc.wait(timeout=max(60.0, timeout_s - (time.monotonic() - began)))
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    raise HarnessError(f"final run did not finish (log {log_path})") from None
+                code = proc.wait()
+                _wait_group_gone(proc.pid)
+                if code == 0:
+                    raise HarnessError(
+                        f"run {runs} consumed the whole input after {done_kills} of {kills} kills: give the job "
+                        f"more input or smaller epochs (log {log_path})"
+                    )
+                raise HarnessError(f"run {runs} exited with {code} (log {log_path})")
+            try:
+                code = proc.wait(timeout=max(60.0, timeout_s - (time.monotonic() - began)))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise HarnessError(f"final run did not finish (log {log_path})") from None
             _wait_group_gone(proc.pid)
             if code != 0:
                 raise HarnessError(f"run {runs} exited with {code} (log {log_path})")
-            lasted = time.monotonic() - started
-            if lasted < window_s[1]:
-                window_s = (0.3 * lasted, 0.9 * lasted)
-            if done_kills >= kills:
-                return CrashRun(done_kills, runs, time.monotonic() - began, log_path)
+            return CrashRun(done_kills, runs, time.monotonic() - began, log_path, tuple(landed))
+
+
+def _check_deadline(began: float, timeout_s: float, kills: int, log_path: Path) -> None:
+    if time.monotonic() - began > timeout_s:
+        raise HarnessError(f"crash harness exceeded {timeout_s:.0f}s after {kills} kills (log {log_path})")
+
+
+def _log_files(root: Path, log: str) -> set[tuple[str, int]]:
+    """`(query, epoch)` of every file in the queries' `commits/` or `offsets/` logs under the checkpoint root."""
+    found: set[tuple[str, int]] = set()
+    for folder in root.glob(f"*/{log}"):
+        with contextlib.suppress(OSError):
+            found.update((folder.parent.name, int(p.name)) for p in folder.iterdir() if p.name.isdigit())
+    return found
+
+
+#: Where a kill is aimed, after the run's first commit: anywhere in an epoch, or at a step of a sink task's
+#: transaction (just after it began, while it commits, just after it committed).
+TARGETS = ("epoch", faults.OPEN, faults.COMMIT, faults.DONE)
+#: The delay after a transaction step is seen before the kill (seconds).
+STEP_WINDOW_S = (0.0, 0.15)
+
+
+def _kill_moment(
+    proc: subprocess.Popen[bytes],
+    root: Path,
+    trace: Path,
+    committed_before: set[tuple[str, int]],
+    rng: random.Random,
+    window_s: tuple[float, float],
+    epochs_before_kill: tuple[int, int],
+    first_commit_timeout_s: float,
+) -> str | None:
+    """Wait for the run's first commit, then for more planned epochs, then for the chosen target and a random
+    delay; returns the target, or None when the process ended first.
+
+    Raises:
+        HarnessError: no epoch committed within `first_commit_timeout_s`.
+    """
+    deadline = time.monotonic() + first_commit_timeout_s
+    while not (_log_files(root, "commits") - committed_before):
+        if proc.poll() is not None:
+            return None
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise HarnessError(f"no epoch committed within {first_commit_timeout_s:.0f}s of a start")
+        time.sleep(0.02)
+    planned = _log_files(root, "offsets")
+    more = rng.randint(*epochs_before_kill)
+    target = rng.choice(TARGETS)
+    while len(_log_files(root, "offsets") - planned) < more:
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.02)
+    if target != "epoch":
+        seen = len(_trace_lines(trace))
+        while not any(line.endswith(f" {target}") for line in _trace_lines(trace)[seen:]):
+            if proc.poll() is not None:
+                return None
+            time.sleep(0.01)
+    try:
+        proc.wait(timeout=rng.uniform(*(window_s if target == "epoch" else STEP_WINDOW_S)))
+        return None
+    except subprocess.TimeoutExpired:
+        return target
+
+
+def _trace_lines(trace: Path) -> list[str]:
+    try:
+        return trace.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+
+
+def describe_kill(root: Path, trace: Path) -> str:
+    """Where a kill lands, read at the moment of the kill: per query, the last planned epoch, whether Spark
+    committed it, and what its sink tasks' transactions were doing (from the fault trace)."""
+    planned = _log_files(root, "offsets")
+    committed = _log_files(root, "commits")
+    steps: dict[tuple[str, int, str], str] = {}
+    with contextlib.suppress(OSError):
+        for line in trace.read_text(encoding="utf-8").splitlines():
+            parts = line.split()
+            if len(parts) == 5:
+                steps[(parts[1], int(parts[2]), parts[3])] = parts[4]
+    parts = []
+    for query in sorted({q for q, _ in planned}):
+        epoch = max(e for q, e in planned if q == query)
+        if (query, epoch) in committed:
+            parts.append(f"{query} between epochs ({epoch} committed)")
+            continue
+        tasks = Counter(step for (q, e, _), step in steps.items() if q == query and e == epoch)
+        state = (
+            ", ".join(f"{n} task(s) {_STEP_WORDS[s]}" for s, n in sorted(tasks.items()))
+            or "no transaction begun"
+        )
+        parts.append(f"{query} epoch {epoch} in flight: {state}")
+    return "; ".join(parts) or "before any epoch was planned"
+
+
+_STEP_WORDS = {
+    faults.OPEN: "in an open transaction",
+    faults.COMMIT: "committing",
+    faults.DONE: "committed",
+    faults.SKIP: "skipped (committed before)",
+}
 
 
 def _wait_group_gone(pgid: int, timeout_s: float = 30.0) -> None:
@@ -162,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     from ethereal_kafka.testing.kafka_io import read_committed
 
     run = run_with_kills(args.job, args.kills, args.seed)
+    print("\n".join(run.landed))
     expected = [tuple(line.split("\t", 1)) for line in args.expected.read_text().splitlines() if line]
     got = [
         ((r.key or b"").decode(), (r.value or b"").decode())

@@ -18,14 +18,26 @@ from ethereal_kafka.testing.cluster import KafkaCluster, leaked_broker_pids, sta
 from ethereal_kafka.testing.kafka_io import create_topic
 from ethereal_kafka.testing.registry import schema_registry
 
-__all__ = ["checkpoint_dir", "kafka_bootstrap", "kafka_cluster", "schema_registry", "spark", "topic_factory"]
+__all__ = [
+    "checkpoint_dir",
+    "kafka_bootstrap",
+    "kafka_cluster",
+    "run_job",
+    "schema_registry",
+    "spark",
+    "topic_factory",
+]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ethereal_kafka.testing.jobs import JobRun
+
 _REPORT: list[str] = []
 
 TopicFactory = Callable[..., str]
+#: The `run_job` fixture: `run_job(job_path, available_now=True, env=None, timeout_s=300, check=True) -> JobRun`.
+RunJob = Callable[..., "JobRun"]
 
 
 @pytest.fixture(scope="session")
@@ -62,10 +74,18 @@ def topic_factory(kafka_cluster: KafkaCluster, request: pytest.FixtureRequest) -
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    """A local[2] SparkSession with the framework's settings and the Kafka source registered."""
+def spark(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[SparkSession]:
+    """A local[2] SparkSession with the framework's settings and the Kafka source registered.
+
+    The test run's root folder is put on the Python workers' `PYTHONPATH` (before the session starts, so the
+    workers inherit it): pipelines defined in the tests' own modules import there as they do in the test process.
+    """
     from ethereal_kafka.runtime.spark import local_session
 
+    root = str(pytestconfig.rootpath)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, *paths) if p)
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = local_session(
         "ethereal-kafka-tests",
@@ -73,6 +93,18 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def run_job(spark: SparkSession) -> RunJob:
+    """Run a job file in this process on the session's SparkSession: `run_job(path, available_now=True, env=None,
+    timeout_s=300, check=True) -> JobRun` (see `ethereal_kafka.testing.jobs.run_in_process`)."""
+    from ethereal_kafka.testing.jobs import run_in_process
+
+    def run(job_path: str | Path, **options: Any) -> JobRun:
+        return run_in_process(spark, job_path, **options)
+
+    return run
 
 
 @pytest.fixture

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections import defaultdict
@@ -91,22 +88,6 @@ def base_ts() -> int:
     """A timestamp base for test events: one day ago, floored to the hour (windows align the same way)."""
     hour = 3_600_000
     return (int(time.time() * 1000) - 24 * hour) // hour * hour
-
-
-def run_job(
-    job: ApiJob, *extra: str, timeout: float = 300, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """`ethereal-kafka run JOB --available-now` in a subprocess (the test's directory importable)."""
-    here = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job.path), "--available-now", *extra],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONPATH": path, **(env or {})},
-        check=False,
-    )
 
 
 def read_json(bootstrap: str, topic: str) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.integration.api_helpers import ApiJob, run_job
+from ethereal_kafka.testing.plugin import RunJob
+from tests.integration.api_helpers import ApiJob
 
 #: Failures that are not the job's, after which it is simply run again (it resumes from its checkpoint, exactly
 #: once): a Python worker that did not connect back in time (a machine overloaded by other work), and a Spark 4.3
@@ -12,11 +13,12 @@ from tests.integration.api_helpers import ApiJob, run_job
 INFRA_ERRORS = ("Python worker failed to connect back", "OptionalDataException")
 
 
-def run_to_end(job: ApiJob, attempts: int = 3, env: dict[str, str] | None = None) -> None:
-    """Run `job` until it consumed its input, again after one of `INFRA_ERRORS`; any other failure fails the test."""
+def run_to_end(run_job: RunJob, job: ApiJob, attempts: int = 3, env: dict[str, str] | None = None) -> None:
+    """Run `job` (in-process) until it consumed its input, again after one of `INFRA_ERRORS`; any other failure
+    fails the test."""
     for _ in range(attempts):
-        result = run_job(job, env=env)
-        if result.returncode == 0:
+        result = run_job(job.path, env=env, check=False)
+        if result.ok:
             return
-        assert any(e in result.stderr for e in INFRA_ERRORS), result.stderr[-3000:]
+        assert any(e in str(result.error) for e in INFRA_ERRORS), str(result.error)
     raise AssertionError(f"{job.path}: {attempts} runs failed, each with one of {INFRA_ERRORS}")

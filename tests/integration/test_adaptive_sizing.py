@@ -12,13 +12,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ethereal_kafka.checkpoint.clients import close_cached_clients
 from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.connectors.kafka.admission import budget_path, post_budget, read_budget, read_history
-from ethereal_kafka.connectors.kafka.clients import close_cached_consumers
 from ethereal_kafka.examples import eos
 from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
-from ethereal_kafka.runtime.runner import job_sources, start
+from ethereal_kafka.runtime.runner import close_clients, job_sources, start
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import Epoch, read_epochs, split_by_epochs
 from ethereal_kafka.testing.kafka_io import ReadRecord, read_committed
@@ -81,8 +79,7 @@ def _run_to_the_end(spark: SparkSession, loaded: LoadedJob, metrics: RunMetrics 
     finally:
         running.stop()
         running.close()
-        close_cached_clients()
-        close_cached_consumers()
+        close_clients()
     return time.monotonic() - began
 
 

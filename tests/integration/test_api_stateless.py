@@ -4,21 +4,13 @@ two sinks in one transaction per task, each checked against a plain-Python refer
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
+from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.testing.cluster import KafkaCluster
-from ethereal_kafka.testing.plugin import TopicFactory
-from tests.integration.api_helpers import (
-    base_ts,
-    feed_events,
-    read_json,
-    read_records,
-    run_job,
-    write_api_job,
-)
+from ethereal_kafka.testing.plugin import RunJob, TopicFactory
+from tests.integration.api_helpers import base_ts, feed_events, read_json, read_records, write_api_job
 from tests.integration.pipelines_api import WINDOW_MS
 
 TEXTS = ["the quick brown fox", "jumps over the lazy dog", "a b cc ddd", "fox and dog and cat", "x"]
@@ -33,7 +25,10 @@ def _lines(count: int) -> list[tuple[int, str, dict[str, object], int]]:
 
 
 def test_per_element_operators_through_kafka(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
@@ -47,8 +42,7 @@ def test_per_element_operators_through_kafka(
         {"words": (dst, "value.format=json\nkey.format=string\n")},
         max_records=70,
     )
-    result = run_job(job)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_job(job.path)
     expected = Counter(
         (w, json.dumps({"key": w, "word": w.upper(), "seq": v["seq"]}, separators=(",", ":")))
         for _, _, v, _ in events
@@ -56,22 +50,20 @@ def test_per_element_operators_through_kafka(
         if len(w) > 2
     )
     records = read_records(bs, dst)
-    assert records, result.stderr[-5000:]
+    assert records
     got = Counter(((r.key or b"").decode(), (r.value or b"").decode()) for r in records)
     assert got == expected, (sorted((got - expected).items())[:3], sorted((expected - got).items())[:3])
     # Per-element operators keep the job partition-preserving: each epoch commits input offsets with the output.
-    history = subprocess.run(
-        [sys.executable, "-m", "ethereal_kafka.cli", "checkpoints", job.app_id, "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    modes = {json.loads(line)["mode"] for line in history.stdout.splitlines() if line.strip()}
+    with CheckpointHistory(job.app_id, read_only=True) as history:
+        modes = {record.mode for record in history.records()}
     assert modes == {"partition-preserving"}
 
 
 def test_one_query_writes_a_window_to_two_sinks(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src = topic_factory(partitions=2)
@@ -90,8 +82,7 @@ def test_one_query_writes_a_window_to_two_sinks(
         {"counts": (counts_topic, "value.format=json\n"), "flat": (flat_topic, "value.format=json\n")},
         max_records=60,
     )
-    result = run_job(job)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_job(job.path)
     expected: Counter[tuple[str, int]] = Counter()
     for _, _, v, _ in events:
         ts = int(str(v["ts"]))
@@ -106,7 +97,10 @@ def test_one_query_writes_a_window_to_two_sinks(
 
 
 def test_a_keys_updates_reach_kafka_in_emission_order(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
@@ -121,8 +115,7 @@ def test_a_keys_updates_reach_kafka_in_emission_order(
         {"counts": (dst, "value.format=json\nkey.format=string\n")},
         max_records=60,
     )
-    result = run_job(job)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_job(job.path)
     records = read_records(bs, dst)
     per_key: dict[str, list[int]] = {}
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):

@@ -95,3 +95,20 @@ def test_failed_download_is_a_one_line_error(tmp_path: Path) -> None:
     assert len(lines) == 1
     assert lines[0].startswith("error: failed to download Apache Kafka 4.")
     assert "Could not resolve dependencies" in lines[0]
+
+
+def test_storage_formats_with_a_cluster_id_that_starts_with_a_dash(tmp_path: Path) -> None:
+    """A KRaft cluster id is random base64url: one in 64 starts with `-`, which the storage tool must not take for
+    an option (it did: `argument --cluster-id/-t: expected one argument`, a failed broker start)."""
+    from ethereal_kafka.broker.jars import ensure_jars
+    from ethereal_kafka.broker.local import _find_java, format_storage
+
+    data = tmp_path / "data"
+    props = tmp_path / "server.properties"
+    props.write_text(
+        "process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:9\n"
+        "listeners=PLAINTEXT://127.0.0.1:8,CONTROLLER://127.0.0.1:9\ncontroller.listener.names=CONTROLLER\n"
+        f"log.dirs={data}\n"
+    )
+    format_storage(_find_java(), ensure_jars(), props, data, "-" + "b" * 21)
+    assert (data / "meta.properties").read_text().count("cluster.id=-bbbbbbbbbbbbbbbbbbbbb") == 1

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from ethereal_kafka.checkpoint.errors import RecoveryError
+from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare, run_with_kills
-from ethereal_kafka.testing.plugin import TopicFactory
+from ethereal_kafka.testing.jobs import JobRun
+from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.eos_helpers import feed, output, pairs, per_key_order_kept, write_job
 
 KILLS = 10
@@ -26,8 +32,6 @@ FAULT = {
 def _run(
     job: Path, *extra: str, env: dict[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    import os
-
     return subprocess.run(
         [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job), "--available-now", *extra],
         capture_output=True,
@@ -47,9 +51,8 @@ def test_stateless_map_filter_survives_kills(
     inputs = eos.events(4000)
     feed(bs, src, inputs, 3)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=200)
-    run = run_with_kills(
-        files.job, KILLS, seed=11, window_s=(4.0, 16.0), env=FAULT, log=tmp_path / "crash.log"
-    )
+    run = run_with_kills(files.job, KILLS, seed=11, env=FAULT, log=tmp_path / "crash.log")
+    print("\n".join(run.landed))
     got = output(bs, dst)
     result = compare(eos.stateless_reference(inputs), pairs(got))
     print(result.line(run.kills))
@@ -67,9 +70,8 @@ def test_keyed_running_aggregate_survives_kills(
     inputs = eos.events(3000)
     feed(bs, src, inputs, 2)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=200)
-    run = run_with_kills(
-        files.job, KILLS, seed=23, window_s=(4.0, 16.0), env=FAULT, log=tmp_path / "crash.log"
-    )
+    run = run_with_kills(files.job, KILLS, seed=23, env=FAULT, log=tmp_path / "crash.log")
+    print("\n".join(run.landed))
     updates = [json.loads(r.value or b"") for r in output(bs, dst)]
     reference = eos.running_total_reference(inputs)
     seen = Counter((u["key"], u["count"]) for u in updates)
@@ -105,9 +107,8 @@ def test_windowed_count_survives_kills(
 
         produce(bs, src, [(k, v)], partition=p)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:windowed_count", max_records=200)
-    run = run_with_kills(
-        files.job, KILLS, seed=37, window_s=(4.0, 16.0), env=FAULT, log=tmp_path / "crash.log"
-    )
+    run = run_with_kills(files.job, KILLS, seed=37, env=FAULT, log=tmp_path / "crash.log")
+    print("\n".join(run.landed))
     got = [json.loads(r.value or b"") for r in output(bs, dst)]
     expected = eos.windowed_count_reference(inputs, flush_ts - eos.LATENESS_MS)
     result = compare(
@@ -120,7 +121,10 @@ def test_windowed_count_survives_kills(
 
 
 def test_epoch_outliving_the_transaction_timeout_is_aborted_and_redone(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     if kafka_cluster.broker is None:
         pytest.skip("needs the local broker (its transaction cleanup interval is set to 1 s)")
@@ -138,23 +142,20 @@ def test_epoch_outliving_the_transaction_timeout_is_aborted_and_redone(
         extra_job="transaction.timeout.ms=2000\n",
     )
     # Every task's first transaction stays open 6 s, three times the timeout: the broker aborts it.
-    result = _run(files.job, env={"ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "6000"})
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_job(files.job, env={"ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "6000"})
     got = output(bs, dst)
     cmp = compare(eos.stateless_reference(inputs), pairs(got))
     assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
-    history = subprocess.run(
-        [sys.executable, "-m", "ethereal_kafka.cli", "checkpoints", files.app_id, "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    epochs = [json.loads(line) for line in history.stdout.splitlines() if line.strip()]
-    assert epochs and all(e["outcome"] == "committed" for e in epochs)
+    with CheckpointHistory(files.app_id, read_only=True) as history:
+        epochs = history.records()
+    assert epochs and all(e.outcome == "committed" for e in epochs)
 
 
 def test_replay_of_the_same_offsets_is_byte_identical(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src = topic_factory(partitions=2)
@@ -165,8 +166,7 @@ def test_replay_of_the_same_offsets_is_byte_identical(
         files = write_job(
             tmp_path / f"run{run}", bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=250
         )
-        result = _run(files.job)
-        assert result.returncode == 0, result.stderr[-3000:]
+        run_job(files.job)
         # What a read_committed reader sees, record by record per partition. Offsets are not compared: aborted
         # attempts and transaction markers occupy offsets, and how many depends on retries, not on the data.
         outputs.append([(r.partition, r.key, r.value, r.headers) for r in output(bs, dst)])
@@ -176,9 +176,6 @@ def test_replay_of_the_same_offsets_is_byte_identical(
 def test_second_instance_fences_the_first(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
-    import os
-    import time
-
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
     inputs = eos.events(2000)
@@ -212,11 +209,11 @@ def test_second_instance_fences_the_first(
 
 
 def test_broker_restart_mid_run(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
-    import os
-    import time
-
     if kafka_cluster.broker is None:
         pytest.skip("needs the local broker to stop and restart it")
     bs = kafka_cluster.bootstrap
@@ -224,29 +221,24 @@ def test_broker_restart_mid_run(
     inputs = eos.events(3000)
     feed(bs, src, inputs, 2)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=150)
-    log_path = tmp_path / "job.log"  # a file, not an unread pipe (see above)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ethereal_kafka.cli", "run", str(files.job), "--available-now"],
-        stdout=log_path.open("w"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **FAULT},
-        start_new_session=True,
+    # The job runs in-process in a thread, so the test can stop and restart the broker under it.
+    runs: list[JobRun] = []
+    job = threading.Thread(
+        target=lambda: runs.append(run_job(files.job, env=FAULT, check=False, timeout_s=400))
     )
+    job.start()
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not output(bs, dst):
             time.sleep(0.5)
         kafka_cluster.broker.stop()
         time.sleep(3)
-        kafka_cluster.broker.start()
-        code = proc.wait(timeout=400)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-    log = log_path.read_text(errors="replace")
-    if code != 0:  # the job may give up while the broker is down; a restart must then finish exactly
-        result = _run(files.job)
-        assert result.returncode == 0, result.stderr[-3000:] + log[-2000:]
+        kafka_cluster.broker.start()
+        job.join(timeout=420)
+    assert runs, "the run did not end"
+    if not runs[0].ok:  # the job may give up while the broker is down; a restart must then finish exactly
+        run_job(files.job)
     updates = [json.loads(r.value or b"") for r in output(bs, dst)]
     reference = eos.running_total_reference(inputs)
     seen = Counter((u["key"], u["count"]) for u in updates)
@@ -258,7 +250,10 @@ def test_broker_restart_mid_run(
 
 
 def test_stateless_job_without_checkpoint_resumes_from_group_offsets(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
@@ -267,17 +262,19 @@ def test_stateless_job_without_checkpoint_resumes_from_group_offsets(
     files = write_job(
         tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", starting="group-offsets"
     )
-    assert _run(files.job).returncode == 0
+    run_job(files.job)
     shutil.rmtree(files.checkpoint)
     feed(bs, src, second, 2)
-    result = _run(files.job)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_job(files.job)
     cmp = compare(eos.stateless_reference(first + second), pairs(output(bs, dst)))
     assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
 
 
 def test_stateful_job_without_checkpoint_refuses_unless_replaying(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
@@ -286,13 +283,12 @@ def test_stateful_job_without_checkpoint_refuses_unless_replaying(
     files = write_job(
         tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", starting="group-offsets"
     )
-    assert _run(files.job).returncode == 0
+    run_job(files.job)
     shutil.rmtree(files.checkpoint)
-    refused = _run(files.job)
-    assert refused.returncode == 1
-    last = refused.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: stateful job") and "replay.from" in last
+    refused = run_job(files.job, check=False)
+    last = str(refused.error)
+    assert isinstance(refused.error, RecoveryError) and "\n" not in last
+    assert last.startswith("stateful job") and "replay.from" in last
     with files.job.open("a") as f:
         f.write("replay.from=earliest\n")
-    replayed = _run(files.job)
-    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    run_job(files.job)

@@ -18,7 +18,7 @@ from ethereal_kafka.examples import orders as example
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import Epoch, split_by_epochs
 from ethereal_kafka.testing.kafka_io import read_all
-from ethereal_kafka.testing.plugin import TopicFactory
+from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration import ref_joins as ref
 from tests.integration.api_helpers import (
     ApiJob,
@@ -69,6 +69,7 @@ def _job(
 
 def _run_and_replay(
     tmp_path: Path,
+    run_job: RunJob,
     bs: str,
     topic_factory: TopicFactory,
     pipeline: str,
@@ -78,10 +79,10 @@ def _run_and_replay(
     """Run the job, then the same job from scratch into fresh output topics; assert both wrote the same records."""
     outputs = {name: topic_factory(partitions=2) for name in sinks}
     job = _job(tmp_path / "run", bs, pipeline, inputs, outputs, MAX_RECORDS)
-    run_to_end(job)
+    run_to_end(run_job, job)
     replay_outputs = {name: topic_factory(partitions=2) for name in sinks}
     replay = _job(tmp_path / "replay", bs, pipeline, inputs, replay_outputs, MAX_RECORDS)
-    run_to_end(replay)
+    run_to_end(run_job, replay)
     for name in sinks:
         first = [(r.partition, r.key, r.value) for r in read_records(bs, outputs[name])]
         second = [(r.partition, r.key, r.value) for r in read_records(bs, replay_outputs[name])]
@@ -154,7 +155,10 @@ def _check_windowed(
 
 
 def test_windowed_inner_and_outer_joins(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     rng = random.Random(11)
@@ -163,7 +167,13 @@ def test_windowed_inner_and_outer_joins(
     feed_events(bs, inputs[0], _side(rng, "L", 110, base))
     feed_events(bs, inputs[1], _side(rng, "R", 110, base))
     job, outputs = _run_and_replay(
-        tmp_path, bs, topic_factory, "tests.integration.pipelines_joins:outer", GROUPS["outer"], inputs
+        tmp_path,
+        run_job,
+        bs,
+        topic_factory,
+        "tests.integration.pipelines_joins:outer",
+        GROUPS["outer"],
+        inputs,
     )
     results = {sink: _check_windowed(bs, job, outputs, inputs, sink) for sink in GROUPS["outer"]}
     # The inputs exercise what the references model: late rows dropped, null-padded rows on both sides.
@@ -177,7 +187,10 @@ def test_windowed_inner_and_outer_joins(
 
 
 def test_windowed_semi_and_anti_joins(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     rng = random.Random(23)
@@ -187,6 +200,7 @@ def test_windowed_semi_and_anti_joins(
     feed_events(bs, inputs[1], _side(rng, "R", 70, base))
     job, outputs = _run_and_replay(
         tmp_path,
+        run_job,
         bs,
         topic_factory,
         "tests.integration.pipelines_joins:filtering",
@@ -197,7 +211,9 @@ def test_windowed_semi_and_anti_joins(
     assert all(results.values()), "every kind emitted rows"
 
 
-def test_interval_join(kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path) -> None:
+def test_interval_join(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
     bs = kafka_cluster.bootstrap
     rng = random.Random(37)
     inputs = (topic_factory(partitions=2), topic_factory(partitions=2))
@@ -205,7 +221,13 @@ def test_interval_join(kafka_cluster: KafkaCluster, topic_factory: TopicFactory,
     feed_events(bs, inputs[0], _side(rng, "L", 110, base))
     feed_events(bs, inputs[1], _side(rng, "R", 110, base))
     job, outputs = _run_and_replay(
-        tmp_path, bs, topic_factory, "tests.integration.pipelines_joins:interval", ("interval",), inputs
+        tmp_path,
+        run_job,
+        bs,
+        topic_factory,
+        "tests.integration.pipelines_joins:interval",
+        ("interval",),
+        inputs,
     )
     epochs = job.epochs("interval")
     lefts, rights = _arrivals(bs, inputs[0], epochs), _arrivals(bs, inputs[1], epochs)
@@ -217,7 +239,10 @@ def test_interval_join(kafka_cluster: KafkaCluster, topic_factory: TopicFactory,
 
 
 def test_orders_shipments_example(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     """The example job (ethereal_kafka.examples.orders) against the reference of a native inner window join."""
     bs = kafka_cluster.bootstrap
@@ -236,7 +261,7 @@ def test_orders_shipments_example(
         {"latencies": (out, "value.format=json\nkey.format=string\n")},
         max_records=50,
     )
-    run_to_end(job)
+    run_to_end(run_job, job)
     epochs = job.epochs("latencies")
     by_order = {str(o["order_id"]): o for o in orders}
     by_shipment = {str(s["shipment_id"]): s for s in shipments}

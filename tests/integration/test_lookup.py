@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import read_epochs, split_by_epochs
 from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_all
-from ethereal_kafka.testing.plugin import TopicFactory
-from tests.integration.api_helpers import ApiJob, read_json, run_job, write_api_job
+from ethereal_kafka.testing.plugin import RunJob, TopicFactory
+from tests.integration.api_helpers import ApiJob, read_json, write_api_job
 from tests.integration.join_helpers import run_to_end
 from tests.integration.pipelines_joins import FAIL_AT_ENV
 
@@ -107,7 +106,10 @@ def _expected(
 
 
 def test_lookup_join_pins_the_table_per_epoch_and_replays_it(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     rng = random.Random(5)
@@ -144,7 +146,7 @@ def test_lookup_join_pins_the_table_per_epoch_and_replays_it(
     _put_table(bs, table_topic, {f"c{i}": {"name": f"n{i}-v1", "tier": 1} for i in range(20)})
     v1 = _ends(bs, table_topic)
     feed(_orders(rng, 0, 100, 24))
-    run_to_end(job)
+    run_to_end(run_job, job)
 
     # Version 2 (updates, tombstones, new keys); a second run fails on order 160, mid-way through its epochs.
     _put_table(
@@ -159,12 +161,12 @@ def test_lookup_join_pins_the_table_per_epoch_and_replays_it(
     v2 = _ends(bs, table_topic)
     feed(_orders(rng, 100, 120, 24))
     for _ in range(3):  # on a loaded machine a run may die earlier for another reason: run again until 160
-        failed = run_job(job, env={FAIL_AT_ENV: "160"})
-        assert failed.returncode != 0, "the run was meant to fail on order 160"
-        if "test failure at order 160" in failed.stderr + _log(job):
+        failed = run_job(job.path, env={FAIL_AT_ENV: "160"}, check=False)
+        assert not failed.ok, "the run was meant to fail on order 160"
+        if "test failure at order 160" in str(failed.error) + _log(job):
             break
     else:
-        raise AssertionError(f"the run never reached order 160: {failed.stderr[-2000:]}")
+        raise AssertionError(f"the run never reached order 160: {failed.error}")
 
     # Version 3 changes the same keys again; the restart replays the failed epoch (pinned to version 2), then
     # reads on with version 3.
@@ -178,7 +180,7 @@ def test_lookup_join_pins_the_table_per_epoch_and_replays_it(
     )
     v3 = _ends(bs, table_topic)
     feed(_orders(rng, 220, 60, 24))
-    run_to_end(job)
+    run_to_end(run_job, job)
 
     table_records = read_all(bs, table_topic)
     replayed_v2 = []
@@ -204,15 +206,8 @@ def test_lookup_join_pins_the_table_per_epoch_and_replays_it(
             assert changed and all(o.get("c_tier", o.get("tier")) == 2 for o in changed), changed[:3]
     assert replayed_v2, "the query that failed on order 160 replays its epoch with the table pinned before"
     # The lookup is stateless for Spark and does not shuffle: input offsets commit with the output, per partition.
-    history = subprocess.run(
-        [sys.executable, "-m", "ethereal_kafka.cli", "checkpoints", job.app_id, "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert {json.loads(line)["mode"] for line in history.stdout.splitlines() if line.strip()} == {
-        "partition-preserving"
-    }
+    with CheckpointHistory(job.app_id, read_only=True) as history:
+        assert {record.mode for record in history.records()} == {"partition-preserving"}
     left = read_json(bs, left_topic)
     assert any(o["c_name"] is None and o["customer"] in {f"c{i}" for i in range(12, 16)} for o in left)
     assert any(o["c_tier"] == 3 for o in left)

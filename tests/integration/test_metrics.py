@@ -3,12 +3,9 @@ reference of the job's output."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
+import logging
 import socket
-import subprocess
-import sys
+import threading
 import time
 import urllib.request
 from collections import defaultdict
@@ -19,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
+from ethereal_kafka.testing.jobs import JobRun
 from ethereal_kafka.testing.kafka_io import produce
-from ethereal_kafka.testing.plugin import TopicFactory
+from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.eos_helpers import feed, output, pairs, write_job
 
 GOOD = 1500
@@ -50,25 +48,14 @@ def _total(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for found, v in samples.get(name, []) if all(found.get(k) == x for k, x in labels.items()))
 
 
-def _stop(process: subprocess.Popen[bytes]) -> int | None:
-    """SIGTERM the job; SIGKILL its whole process group unless it exited within 45 s (and whatever of the group is
-    left after it did). Returns the job's exit code, or None when it had to be killed."""
-    code: int | None = None
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            code = process.wait(timeout=45)
-    else:
-        code = process.returncode
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=30)
-    return code
-
-
 @pytest.mark.timeout(420)
 def test_endpoint_counts_records_dead_letters_latency_and_epochs(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=PARTITIONS), topic_factory(partitions=PARTITIONS)
@@ -94,28 +81,22 @@ def test_endpoint_counts_records_dead_letters_latency_and_epochs(
         source.write(
             f"value.format=json\nvalue.schema=id bigint, seq bigint, amount bigint\non.error=dlq\ndlq.topic={dlq}\n"
         )
-    stderr = tmp_path / "job.err"
     began = time.monotonic()
-    with stderr.open("wb") as err:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ethereal_kafka.cli",
-                "run",
-                str(files.job),
-                "--log-dir",
-                str(tmp_path / "logs"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            start_new_session=True,
+    # The job runs in-process, in a thread, until the test has scraped what it needs and sets `stop`.
+    stop = threading.Event()
+    runs: list[JobRun] = []
+    job = threading.Thread(
+        target=lambda: runs.append(
+            run_job(files.job, available_now=False, stop=stop, check=False, timeout_s=300)
         )
+    )
+    caplog.set_level(logging.INFO, logger="ethereal_kafka")
+    job.start()
     samples: Samples = {}
     try:
         deadline = time.monotonic() + 240  # ~45 s on an idle 2-core machine
         while time.monotonic() < deadline:
-            assert process.poll() is None, stderr.read_text()[-3000:]
+            assert job.is_alive(), runs
             try:
                 samples = _scrape(port)
             except OSError:
@@ -127,12 +108,14 @@ def test_endpoint_counts_records_dead_letters_latency_and_epochs(
                 break
             time.sleep(0.5)
         else:
-            pytest.fail(f"the job did not catch up: {dict(samples)}\n{stderr.read_text()[-3000:]}")
+            pytest.fail(f"the job did not catch up: {dict(samples)}\n{caplog.text[-3000:]}")
         time.sleep(1.0)  # nothing more may arrive: the counters must not move past the input
         samples = _scrape(port)
         scraped_s = time.monotonic() - began
     finally:
-        code = _stop(process)
+        stop.set()
+        job.join(timeout=60)
+    assert runs and runs[0].ok, runs
     labels = {"app_id": files.app_id, "query": "out"}
     assert _total(samples, "ethereal_kafka_records_in_total", **labels, source="events") == GOOD + POISON
     assert _total(samples, "ethereal_kafka_dead_lettered_records_total", **labels, source="events") == POISON
@@ -164,8 +147,7 @@ def test_endpoint_counts_records_dead_letters_latency_and_epochs(
     from ethereal_kafka.testing.kafka_io import read_committed
 
     assert len(read_committed(bs, dlq)) == POISON
-    log = stderr.read_text()
-    # The exit code on SIGTERM belongs to the run lifecycle's tests; here the job only has to go away.
-    print(f"caught up and scraped after {scraped_s:.1f} s; exit code {code}; job stderr:\n{log[-2500:]}")
+    log = caplog.text + capsys.readouterr().err  # the log lines, then the progress lines (stderr)
+    print(f"caught up and scraped after {scraped_s:.1f} s; job log:\n{log[-2500:]}")
     assert f"metrics at http://127.0.0.1:{port}/metrics" in log
     assert " | in " in log and " | lag " in log, log[-2000:]

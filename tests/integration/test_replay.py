@@ -19,7 +19,7 @@ from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare
 from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_committed
-from ethereal_kafka.testing.plugin import TopicFactory
+from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.eos_helpers import JobFiles, feed, output, pairs, write_job
 
 STATELESS = "ethereal_kafka.examples.eos:stateless"
@@ -36,11 +36,6 @@ def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
         stdin=subprocess.DEVNULL,
         check=False,
     )
-
-
-def _run(files: JobFiles) -> None:
-    result = _cli("run", str(files.job), "--available-now")
-    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def _offsets(app_id: str) -> dict[str, Any]:
@@ -92,14 +87,17 @@ def _moved_aside(files: JobFiles) -> list[Path]:
 
 
 def test_replay_from_earliest_reprocesses_everything(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
     inputs = eos.events(300)
     feed(bs, src, inputs, 2)
     files = write_job(tmp_path, bs, src, dst, STATELESS, starting="group-offsets", max_records=1000)
-    _run(files)
+    run_job(files.job)
     before = _ends(bs, dst)
     result = _cli("replay", files.app_id, "--from", "earliest", "--yes")
     assert result.returncode == 0, result.stderr
@@ -109,7 +107,7 @@ def test_replay_from_earliest_reprocesses_everything(
     doc = _offsets(files.app_id)
     assert {p["committed"] for p in doc["partitions"]} == {0}
     assert all(p["marker"]["kind"] == "replay" for p in doc["partitions"])
-    _run(files)
+    run_job(files.job)
     cmp = compare(eos.stateless_reference(inputs), pairs(_written_after(bs, dst, before)))
     assert (cmp.records, cmp.duplicates, cmp.lost, cmp.unexpected) == (
         len(eos.stateless_reference(inputs)),
@@ -121,7 +119,10 @@ def test_replay_from_earliest_reprocesses_everything(
 
 
 def test_stateful_job_replayed_from_a_timestamp_restarts_there(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
@@ -129,7 +130,7 @@ def test_stateful_job_replayed_from_a_timestamp_restarts_there(
     inputs = eos.events(400, base_ts=int(time.time() * 1000) - 600_000)
     _feed_with_timestamps(bs, src, inputs, 2)
     files = write_job(tmp_path, bs, src, dst, RUNNING_TOTAL, max_records=100)
-    _run(files)
+    run_job(files.job)
     doc = _offsets(files.app_id)
     (progress,) = doc["progress"]
     assert progress["group"] == f"{files.app_id}.ethereal-progress.out"
@@ -140,14 +141,19 @@ def test_stateful_job_replayed_from_a_timestamp_restarts_there(
     assert result.returncode == 0, result.stderr
     assert f"deleted progress group(s) {progress['group']}" in result.stdout
     assert _offsets(files.app_id)["progress"] == [], "the old checkpoint's progress markers are gone"
-    _run(files)  # a stateful job without its checkpoint: starts from the replay position instead of refusing
+    run_job(
+        files.job
+    )  # a stateful job without its checkpoint: starts from the replay position instead of refusing
     replayed = [(k, v) for k, v in inputs if json.loads(v)["ts"] >= boundary]
     assert len(replayed) == 150
     _check_running_totals(_written_after(bs, dst, before), replayed)
 
 
 def test_replay_from_explicit_offsets_validates_them_and_keeps_other_partitions(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
@@ -155,7 +161,7 @@ def test_replay_from_explicit_offsets_validates_them_and_keeps_other_partitions(
     feed(bs, src, inputs, 2)
     # starting.offsets=earliest: the replay positions, not the source's own start, must decide where it resumes.
     files = write_job(tmp_path, bs, src, dst, STATELESS, starting="earliest", max_records=1000)
-    _run(files)
+    run_job(files.job)
     ends = _ends(bs, src)
     for bad, message in (
         (
@@ -172,7 +178,7 @@ def test_replay_from_explicit_offsets_validates_them_and_keeps_other_partitions(
     before = _ends(bs, dst)
     result = _cli("replay", "--job", str(files.job), "--from", f"{src}:0:10", "--yes")
     assert result.returncode == 0, result.stderr
-    _run(files)
+    run_job(files.job)
     replayed = [
         (r.key or b"", r.value or b"") for r in read_committed(bs, src) if r.partition == 0 and r.offset >= 10
     ]
@@ -182,13 +188,16 @@ def test_replay_from_explicit_offsets_validates_them_and_keeps_other_partitions(
 
 
 def test_offsets_show_lag_and_markers_and_dry_run_or_no_yes_change_nothing(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
     feed(bs, src, eos.events(200), 2)
     files = write_job(tmp_path, bs, src, dst, STATELESS, max_records=60)
-    _run(files)
+    run_job(files.job)
     checkpoint_id = json.loads((files.checkpoint / "out" / "metadata").read_text())["id"]
     last_epoch = max(
         int(p.name) for p in (files.checkpoint / "out" / "commits").iterdir() if p.name.isdigit()
@@ -230,14 +239,17 @@ def test_offsets_show_lag_and_markers_and_dry_run_or_no_yes_change_nothing(
 
 
 def test_replay_into_another_topic_leaves_the_app_untouched(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst, copy = topic_factory(partitions=2), topic_factory(partitions=2), topic_factory(partitions=2)
     inputs = eos.events(300)
     feed(bs, src, inputs, 2)
     files = write_job(tmp_path, bs, src, dst, STATELESS, max_records=1000)
-    _run(files)
+    run_job(files.job)
     doc = _offsets(files.app_id)
     dst_before = _ends(bs, dst)
     listing = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))

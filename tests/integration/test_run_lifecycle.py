@@ -17,7 +17,7 @@ from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare
 from ethereal_kafka.testing.kafka_io import produce, read_committed
-from ethereal_kafka.testing.plugin import TopicFactory
+from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from ethereal_kafka.testing.spark_cluster import session_pids
 from tests.integration.eos_helpers import feed, pairs, write_job
 
@@ -190,7 +190,7 @@ def test_a_failing_query_exits_1_with_one_line_on_stderr(
 
 
 def test_transform_sql_filters_and_projects_json_exactly(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
 ) -> None:
     """A job declared entirely in properties: `transform.sql` over the `orders` view, JSON in, the sink's
     `value.column=*` JSON out; exact against a plain-Python filter/projection."""
@@ -207,14 +207,7 @@ def test_transform_sql_filters_and_projects_json_exactly(
         "FROM orders WHERE amount >= 50 AND order_id % 3 <> 0",
         sink_extra="value.column=*\nvalue.format=json\n",
     )
-    result = subprocess.run(
-        [*RUN, str(job), "--available-now", "--log-dir", str(tmp_path / "logs")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_job(job)
     expected = []
     for _, raw in orders:
         o = json.loads(raw)

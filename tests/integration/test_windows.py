@@ -9,10 +9,7 @@ to every output partition, and both must match the reference computed from the e
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -25,7 +22,7 @@ import pytest
 
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.kafka_io import ReadRecord
-from ethereal_kafka.testing.plugin import TopicFactory
+from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration import ref_windows as ref
 from tests.integration import window_jobs as jobs
 from tests.integration.api_helpers import ApiJob, feed_events, read_records, write_api_job
@@ -132,15 +129,13 @@ def run_twice(
     tmp: Path,
     cluster: KafkaCluster,
     topics: TopicFactory,
+    run_job: RunJob,
     pipeline: str,
     sinks: Sequence[str],
     events: list[Event],
 ) -> tuple[str, Run, Run]:
-    """Feed `events`, then run the job, then its replay (same input, fresh outputs and checkpoints).
-
-    The runs go one after the other: every query start spawns Python workers, which Spark gives 10 s to connect
-    back, and on a small shared machine too many at once miss that.
-    """
+    """Feed `events`, then run the job, then its replay (same input, fresh outputs and checkpoints), one after the
+    other, in-process."""
     bs = cluster.bootstrap
     source = topics(partitions=2)
     feed_events(bs, source, events)
@@ -155,25 +150,9 @@ def run_twice(
             {sink: (topic, SINK) for sink, topic in outs.items()},
             max_records=60,
         )
-        started = time.monotonic()
-        log = tmp / f"{name}.log"
-        code = _start(job, log).wait(timeout=600)
-        assert code == 0, log.read_text(errors="replace")[-4000:]
-        print(f"{pipeline} {name}: {time.monotonic() - started:.0f} s")
+        print(f"{pipeline} {name}: {run_job(job.path).seconds:.0f} s")
         runs.append(Run(job, {sink: read_records(bs, topic) for sink, topic in outs.items()}))
     return source, runs[0], runs[1]
-
-
-def _start(job: ApiJob, log: Path) -> subprocess.Popen[bytes]:
-    here = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    handle = log.open("wb")
-    return subprocess.Popen(
-        [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job.path), "--available-now"],
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": path},
-    )
 
 
 def assert_identical(first: Run, replay: Run) -> None:
@@ -224,12 +203,17 @@ def with_span(recs: list[ref.Rec], span: tuple[int, int]) -> list[dict[str, Any]
 
 @pytest.mark.timeout(900)
 def test_framework_time_windows_match_the_reference_and_replay_identically(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     events = make_events(seed=5)
     recs = records_of(events)
     sinks = ("tumbling", "tumbling_late", "sliding", "continuous")
-    topic, first, replay = run_twice(tmp_path, kafka_cluster, topic_factory, "time_windows", sinks, events)
+    topic, first, replay = run_twice(
+        tmp_path, kafka_cluster, topic_factory, run_job, "time_windows", sinks, events
+    )
     assert_identical(first, replay)
 
     batches, marks = first.batches("tumbling+tumbling_late", topic, recs)
@@ -265,12 +249,17 @@ def test_framework_time_windows_match_the_reference_and_replay_identically(
 
 @pytest.mark.timeout(900)
 def test_framework_session_windows_match_the_reference_and_replay_identically(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     events = make_events(seed=6)
     recs = records_of(events)
     sinks = ("session", "session_max")
-    topic, first, replay = run_twice(tmp_path, kafka_cluster, topic_factory, "session_windows", sinks, events)
+    topic, first, replay = run_twice(
+        tmp_path, kafka_cluster, topic_factory, run_job, "session_windows", sinks, events
+    )
     assert_identical(first, replay)
 
     batches, marks = first.batches("session", topic, recs)
@@ -288,12 +277,17 @@ def test_framework_session_windows_match_the_reference_and_replay_identically(
 
 @pytest.mark.timeout(900)
 def test_count_and_global_windows_match_the_reference_and_replay_identically(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     events = make_events(seed=7, count=160)
     recs = records_of(events)
     sinks = ("count_tumbling", "count_sliding", "global_count")
-    topic, first, replay = run_twice(tmp_path, kafka_cluster, topic_factory, "count_windows", sinks, events)
+    topic, first, replay = run_twice(
+        tmp_path, kafka_cluster, topic_factory, run_job, "count_windows", sinks, events
+    )
     assert_identical(first, replay)
 
     batches, _ = first.batches("count_tumbling", topic, recs)
@@ -319,14 +313,19 @@ def emitted(run: Run, sink: str) -> dict[str, list[tuple[int, int, int, int]]]:
 
 @pytest.mark.timeout(900)
 def test_native_windows_match_sparks_semantics_and_replay_identically(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     events = make_events(
         seed=11, late_ms=(5_000, 40_000)
     )  # Spark drops what is behind the previous watermark
     recs = records_of(events)
     sinks = ("native_tumbling", "native_sliding", "native_session")
-    topic, first, replay = run_twice(tmp_path, kafka_cluster, topic_factory, "native_windows", sinks, events)
+    topic, first, replay = run_twice(
+        tmp_path, kafka_cluster, topic_factory, run_job, "native_windows", sinks, events
+    )
     assert_identical(first, replay)
     cases = {
         "native_tumbling": {"windows_of": ref.tumbling(jobs.TUMBLE)},
@@ -341,16 +340,12 @@ def test_native_windows_match_sparks_semantics_and_replay_identically(
     assert counted < len(recs)  # late records were dropped, as Spark does
 
 
-def _run_job(job: ApiJob, log: Path) -> None:
-    started = time.monotonic()
-    code = _start(job, log).wait(timeout=600)
-    assert code == 0, log.read_text(errors="replace")[-4000:]
-    print(f"{log.stem}: {time.monotonic() - started:.0f} s")
-
-
 @pytest.mark.timeout(900)
 def test_windows_close_when_a_partition_or_an_idle_declared_input_goes_quiet(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
 ) -> None:
     """Run 1 reads both partitions of `events` (and the other input); run 2, same checkpoint, finds new records on
     partition 0 only. The quiet partition's open windows close in run 2, moved by partition 0 alone; with two
@@ -378,10 +373,10 @@ def test_windows_close_when_a_partition_or_an_idle_declared_input_goes_quiet(
     )
     feed_events(bs, sources["events"], early)
     feed_events(bs, sources["other"], quiet)
-    _run_job(job, tmp_path / "run1.log")
+    run_job(job.path)
     run1_epochs = len(job.epochs("idle_partition"))
     feed_events(bs, sources["events"], later)
-    _run_job(job, tmp_path / "run2.log")
+    run_job(job.path)
     run = Run(job, {sink: read_records(bs, topic) for sink, topic in sinks.items()})
 
     busy = records_of(early + later, sources["events"])  # offsets: partition order is kept

@@ -324,3 +324,54 @@ def test_history_log_gives_up_after_its_wait(record_factory: RecordFactory) -> N
 
     with CheckpointHistory("app"), pytest.raises(HistoryError, match="another instance"):
         HistoryLog("app", lock_wait_s=0.3).record(record_factory(epoch=0))
+
+
+def test_outcome_detail_names_redone_and_skipped_epochs(record_factory: RecordFactory) -> None:
+    assert record_factory().outcome_detail == "committed"
+    assert record_factory(txn_aborts=2).outcome_detail == "aborted-and-redone"
+    assert record_factory(tasks=2, skipped_tasks=2, records_out=0).outcome_detail == "skipped-on-replay"
+    assert record_factory(tasks=2, skipped_tasks=1).outcome_detail == "committed"
+    assert record_factory(outcome="failed", txn_aborts=1, error="x").outcome_detail == "failed"
+
+
+def test_new_fields_round_trip_and_old_entries_still_read(record_factory: RecordFactory) -> None:
+    rec = record_factory(
+        query="late+totals",
+        watermark_ms=1_700_000_000_000,
+        commit_ms=12.5,
+        txn_aborts=1,
+        marker="app:c:0",
+        marker_offsets={"app.ethereal-progress.q": {"app.ethereal-progress": {0: 1, 1: 1}}},
+        lag={"in": {0: 3}},
+        latency={"bounds": [0.1, 1.0], "counts": [1, 2, 0], "sum": 1.5},
+    )
+    assert EpochRecord.from_json(rec.to_json()) == rec
+    assert rec.marker_offsets == {"app.ethereal-progress.q": {"app.ethereal-progress": {"0": 1, "1": 1}}}
+    old = json.loads(rec.to_json())
+    for key in (
+        "query",
+        "watermark_ms",
+        "commit_ms",
+        "txn_aborts",
+        "marker",
+        "marker_offsets",
+        "lag",
+        "latency",
+    ):
+        del old[key]
+    assert EpochRecord.from_json(json.dumps(old)).query == ""
+
+
+def test_entries_after_returns_what_was_written_since(tmp_path: Path, record_factory: RecordFactory) -> None:
+    path = tmp_path / "history"
+    with CheckpointHistory("app", path, max_entries=4) as writer:
+        for epoch in range(6):
+            writer.record(record_factory(epoch=epoch))
+        with CheckpointHistory("app", path, read_only=True) as reader:
+            kept = reader.entries_after()
+            assert [(s, r.epoch) for s, r in kept] == [(2, 2), (3, 3), (4, 4), (5, 5)]
+            assert [s for s, _ in reader.entries_after(3)] == [4, 5]
+            assert [s for s, _ in reader.entries_after(-1, limit=1)] == [5]
+            writer.record(record_factory(epoch=6))
+            assert [(s, r.epoch) for s, r in reader.entries_after(5)] == [(6, 6)]
+            assert reader.entries_after(6) == []

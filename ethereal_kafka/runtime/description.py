@@ -1,0 +1,121 @@
+"""What a run was: its plan (which operator runs where, per query), its configuration with secrets masked, where
+Spark and the logs were. The runner records it when a job starts; the web UI shows it live and, for a stopped app,
+reads it back (`ethereal-kafka ui APP`).
+
+Kept beside the app's run record and checkpoint history: `<cache>/apps/<app.id>/run.json`, rewritten at every
+start (atomically: a reader sees the old or the new file, whole). Every connector setting in it is masked the way
+`Model.describe()` masks it, so no secret is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ethereal_kafka.checkpoint.apps import app_dir, from_json_object
+from ethereal_kafka.config.job import LoadedJob
+
+DESCRIPTION_FILE = "run.json"
+
+
+@dataclass(frozen=True)
+class RunDescription:
+    """One start of an app, as people look at it.
+
+    Attributes:
+        app_id: The app.
+        started_ms: When the run started, epoch milliseconds.
+        plan: The queries and operators (`plan.describe`).
+        config: `{"job": {...}, "sources": {name: {...}}, "sinks": {...}, "tables": {...}}`, secrets masked.
+        job_file: Absolute path of the job file.
+        checkpoint_location: The job's checkpoint root.
+        delivery_guarantee: The job's guarantee.
+        spark_master: The master the session ran on.
+        spark_ui: The Spark UI's address, when it was on.
+        log_dir: The run's log folder (None when unknown, e.g. a run started from a test).
+        host, pid: Where the driver ran.
+    """
+
+    app_id: str
+    started_ms: int
+    plan: dict[str, Any]
+    config: dict[str, Any]
+    job_file: str
+    checkpoint_location: str
+    delivery_guarantee: str
+    spark_master: str = ""
+    spark_ui: str | None = None
+    log_dir: str | None = None
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+
+    @classmethod
+    def of(
+        cls,
+        loaded: LoadedJob,
+        plan: dict[str, Any],
+        spark_master: str = "",
+        spark_ui: str | None = None,
+        log_dir: str | Path | None = None,
+    ) -> RunDescription:
+        """The description of a run of `loaded` starting now."""
+        job = loaded.job
+        config = {
+            "job": job.describe(),
+            "sources": {name: conf.describe() for name, conf in loaded.sources.items()},
+            "sinks": {name: conf.describe() for name, conf in loaded.sinks.items()},
+            "tables": {name: conf.describe() for name, conf in loaded.tables.items()},
+        }
+        return cls(
+            app_id=job.app_id,
+            started_ms=int(time.time() * 1000),
+            plan=plan,
+            config=json.loads(json.dumps(config, default=str)),
+            job_file=str(Path(loaded.path).resolve()),
+            checkpoint_location=job.checkpoint_location,
+            delivery_guarantee=job.delivery_guarantee,
+            spark_master=spark_master,
+            spark_ui=spark_ui,
+            log_dir=str(log_dir) if log_dir is not None else None,
+        )
+
+    def to_json(self) -> str:
+        """One JSON object; `from_json` reads it back equal."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunDescription:
+        """Parse `to_json` output, ignoring keys this version does not know.
+
+        Raises:
+            ValueError: the text is not such an object.
+        """
+        return from_json_object(cls, text, "run description")
+
+
+def description_path(app_id: str) -> Path:
+    """`<cache>/apps/<app.id>/run.json`."""
+    return app_dir(app_id) / DESCRIPTION_FILE
+
+
+def write_description(description: RunDescription) -> Path:
+    """Write `description` as its app's last run (atomically); returns the path."""
+    path = description_path(description.app_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    scratch.write_text(description.to_json(), encoding="utf-8")
+    os.replace(scratch, path)
+    return path
+
+
+def read_description(app_id: str) -> RunDescription | None:
+    """The last run's description of `app_id` on this host, or None when none was recorded (or it is unreadable)."""
+    try:
+        return RunDescription.from_json(description_path(app_id).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,200 @@
+/* Stream graph: the plan's operators per query (cytoscape + dagre layout), with live figures. */
+"use strict";
+
+(function () {
+  const RUNS = {
+    "kafka-source": { short: "Kafka source", color: "#cfe8d8", shape: "round-rectangle" },
+    "kafka-sink": { short: "Kafka sink", color: "#d3e2fb", shape: "round-rectangle" },
+    "spark-native": { short: "Spark-native", color: "#eef0f4", shape: "rectangle" },
+    "framework": { short: "framework (transformWithState)", color: "#fbdcbc", shape: "cut-rectangle" },
+    "python": { short: "Python stage (mapInArrow)", color: "#fdf1b8", shape: "rectangle" },
+    "lookup": { short: "lookup (global table)", color: "#e6d9f7", shape: "barrel" },
+    "dataframe": { short: "DataFrame plan", color: "#eef0f4", shape: "rectangle" },
+  };
+  let cy = null;
+  let drawn = "";
+
+  function legend() {
+    const box = document.getElementById("graph-legend");
+    if (box.childElementCount) return;
+    for (const [key, value] of Object.entries(RUNS)) {
+      box.append(EK.el("span", {}, EK.el("i", { style: `background:${value.color}` }), value.short));
+    }
+  }
+
+  /* Live figures (or, for a stopped app, totals of the last run's epochs) per node, edge and query. */
+  function figures(state) {
+    const out = { node: {}, edge: {}, query: {} };
+    const plan = state.plan;
+    const add = (table, key, text) => { if (text) table[key] = (table[key] ? table[key] + "\n" : "") + text; };
+    if (state.live) {
+      const queries = state.live.queries || {};
+      const sourceTotals = {};
+      for (const q of plan.queries) {
+        const f = queries[q.name];
+        if (!f) continue;
+        for (const [source, n] of Object.entries(f.records_in)) {
+          const total = sourceTotals[source] || (sourceTotals[source] = { in: 0, dlq: 0, rate: 0, lag: 0 });
+          total.in += n;
+          total.dlq += (f.dead_lettered || {})[source] || 0;
+          total.rate += EK.rate((s) => ((s.queries[q.name] || {}).records_in || {})[source] || 0) || 0;
+          for (const parts of Object.values((f.lag || {})[source] || {})) total.lag += EK.sum(parts);
+          const rate = EK.rate((s) => ((s.queries[q.name] || {}).records_in || {})[source] || 0);
+          for (const edge of plan.edges) {
+            if (edge.source === `source:${source}` && edge.target.startsWith(`${q.name}/`)) add(out.edge, edgeId(edge), EK.fmt.rate(rate));
+          }
+        }
+        for (const [sink, n] of Object.entries(f.records_out)) {
+          const rate = EK.rate((s) => ((s.queries[q.name] || {}).records_out || {})[sink] || 0);
+          add(out.node, `sink:${sink}`, `out ${EK.fmt.int(n)} · ${EK.fmt.rate(rate || 0)}`);
+          for (const edge of plan.edges) if (edge.target === `sink:${sink}`) add(out.edge, edgeId(edge), EK.fmt.rate(rate));
+        }
+        for (const late of f.late || []) {
+          if (late.reason === "side-output") add(out.node, `sink:${late.origin}`, `late ${EK.fmt.int(late.records)}`);
+          else add(out.query, q.name, `late (dropped by watermark) ${EK.fmt.int(late.records)}`);
+        }
+        const epochs = f.epochs || {};
+        add(out.query, q.name, `epoch ${f.last_epoch ?? "-"} · ${EK.fmt.int(epochs.committed || 0)} committed` +
+          (epochs.failed ? ` · ${epochs.failed} failed` : ""));
+      }
+      for (const [source, t] of Object.entries(sourceTotals)) {
+        add(out.node, `source:${source}`, `in ${EK.fmt.int(t.in)} · ${EK.fmt.rate(t.rate)}`);
+        add(out.node, `source:${source}`, `lag ${EK.fmt.int(t.lag)}` + (t.dlq ? ` · dead-lettered ${EK.fmt.int(t.dlq)}` : ""));
+      }
+    } else {
+      const since = (state.overview && state.overview.started_ms) || 0;
+      const totals = {};
+      for (const e of state.epochs) {
+        if (e.outcome !== "committed" || e.started_ms < since) continue;
+        const t = totals[e.query] || (totals[e.query] = { in: 0, out: 0, epochs: 0, last: null });
+        t.in += Math.max(0, e.records_in); t.out += e.records_out; t.epochs += 1; t.last = e.epoch;
+      }
+      for (const [query, t] of Object.entries(totals)) {
+        add(out.query, query, `last run: ${EK.fmt.int(t.epochs)} epochs, in ${EK.fmt.int(t.in)}, out ${EK.fmt.int(t.out)}`);
+        const q = plan.queries.find((x) => x.name === query);
+        if (q && q.sinks.length === 1) add(out.node, `sink:${q.sinks[0]}`, `out ${EK.fmt.int(t.out)} (last run)`);
+      }
+    }
+    return out;
+  }
+
+  function edgeId(edge) { return `e:${edge.source}->${edge.target}:${edge.label || ""}`; }
+
+  function nodeLabel(node, extra) {
+    const runs = RUNS[node.runs] ? RUNS[node.runs].short : node.runs;
+    let text = `${node.label}\n${runs}`;
+    if (node.kind === "source") {
+      const d = node.detail;
+      text += `\n${(d.topics || []).join(", ") || d.topic_pattern || ""} · ${d.value_format}`;
+    }
+    if (node.kind === "sink") text += `\n${node.detail.topic || "(topic per row)"} · ${node.detail.guarantee}`;
+    return extra ? `${text}\n${extra}` : text;
+  }
+
+  function elements(state, figs) {
+    const plan = state.plan;
+    const els = [];
+    for (const q of plan.queries) {
+      const head = `query ${q.name}` + (q.mode ? ` · ${q.mode}` : "") + (q.stateful ? " · stateful" : "");
+      const extra = figs.query[q.name];
+      els.push({ group: "nodes", data: { id: `q:${q.name}`, label: extra ? `${head}\n${extra}` : head, isQuery: 1 } });
+    }
+    for (const node of plan.nodes) {
+      const label = nodeLabel(node, figs.node[node.id]);
+      const lines = label.split("\n");
+      const width = Math.max(90, Math.min(340, 7.5 * Math.max(...lines.map((l) => l.length)) + 16));
+      const look = RUNS[node.runs] || RUNS["spark-native"];
+      els.push({
+        group: "nodes",
+        data: {
+          id: node.id, label, w: width, h: 17 * lines.length + 12, color: look.color, shape: look.shape,
+          parent: node.query ? `q:${node.query}` : undefined, runs: node.runs, kind: node.kind, name: node.label,
+        },
+      });
+    }
+    for (const edge of plan.edges) {
+      const id = edgeId(edge);
+      const label = [edge.label, figs.edge[id]].filter(Boolean).join("\n");
+      els.push({ group: "edges", data: { id, source: edge.source, target: edge.target, label, side: edge.label ? 1 : 0 } });
+    }
+    return els;
+  }
+
+  function draw(state) {
+    const figs = figures(state);
+    const els = elements(state, figs);
+    const key = JSON.stringify(state.plan);
+    if (cy && key === drawn) {
+      cy.batch(() => {
+        for (const el of els) {
+          const found = cy.getElementById(el.data.id);
+          if (found.nonempty()) found.data("label", el.data.label);
+        }
+      });
+      return;
+    }
+    if (cy) cy.destroy();
+    drawn = key;
+    cy = cytoscape({
+      container: document.getElementById("graph"),
+      elements: els,
+      wheelSensitivity: 0.3,
+      style: [
+        { selector: "node", style: {
+          "label": "data(label)", "text-wrap": "wrap", "text-valign": "center", "text-halign": "center",
+          "font-size": 12, "width": "data(w)", "height": "data(h)", "shape": "data(shape)",
+          "background-color": "data(color)", "border-width": 1, "border-color": "#8a93a6" } },
+        { selector: "node[?isQuery]", style: {
+          "label": "data(label)", "text-valign": "top", "text-halign": "center", "font-weight": 600,
+          "background-color": "#f6f8fc", "border-color": "#9fb3d9", "border-style": "dashed", "padding": 16,
+          "shape": "round-rectangle", "text-wrap": "wrap" } },
+        { selector: "edge", style: {
+          "curve-style": "bezier", "target-arrow-shape": "triangle", "width": 1.5, "line-color": "#7d8799",
+          "target-arrow-color": "#7d8799", "label": "data(label)", "font-size": 10, "text-wrap": "wrap",
+          "text-background-color": "#fff", "text-background-opacity": 0.85, "text-background-padding": 2 } },
+        { selector: "edge[?side]", style: { "line-style": "dashed", "line-color": "#d9822b", "target-arrow-color": "#d9822b" } },
+      ],
+      layout: { name: "dagre", rankDir: "LR", nodeSep: 24, rankSep: 70, padding: 16 },
+    });
+  }
+
+  function table(state, figs) {
+    const body = document.querySelector("#operators tbody");
+    const rows = state.plan.nodes.map((node) => {
+      const detail = Object.entries(node.detail || {})
+        .filter(([, v]) => v !== null && v !== undefined && !(Array.isArray(v) && !v.length))
+        .map(([k, v]) => `${k}=${Array.isArray(v) ? v.join(",") : v}`).join("  ");
+      return EK.el("tr", { "data-node": node.id },
+        EK.el("td", { text: node.query || "" }),
+        EK.el("td", { class: "node-name", text: node.label }),
+        EK.el("td", { text: node.kind }),
+        EK.el("td", { class: "node-runs", text: RUNS[node.runs] ? RUNS[node.runs].short : node.runs }),
+        EK.el("td", { class: "muted", text: detail }),
+        EK.el("td", { text: (figs.node[node.id] || "").replace(/\n/g, " · ") }));
+    });
+    body.replaceChildren(...rows);
+  }
+
+  EK.pages.graph = {
+    render(state) {
+      legend();
+      const plan = state.plan;
+      const ops = plan.nodes.filter((n) => !["source", "sink", "table"].includes(n.kind)).length;
+      document.getElementById("graph-summary").textContent =
+        `${plan.queries.length} ${plan.queries.length === 1 ? "query" : "queries"}, ${ops} operators, ` +
+        `${plan.edges.length} edges` + (plan.note ? ` (${plan.note})` : "");
+      draw(state);
+      table(state, figures(state));
+    },
+  };
+
+  /* For tests and debugging: the drawn graph's nodes and edges. */
+  EK.graphElements = function () {
+    if (!cy) return null;
+    return {
+      nodes: cy.nodes().map((n) => ({ id: n.id(), name: n.data("name") || null, runs: n.data("runs") || null,
+        parent: n.data("parent") || null, label: n.data("label") })),
+      edges: cy.edges().map((e) => ({ source: e.data("source"), target: e.data("target"), label: e.data("label") })),
+    };
+  };
+})();

@@ -1,0 +1,85 @@
+/* Latency: whole-run end-to-end percentiles (the metrics' histogram), and per epoch over time: latency
+   percentiles, epoch duration and commit time, lag per partition. */
+"use strict";
+
+(function () {
+  const charts = {};
+  const COLORS = ["#2d6cdf", "#d9822b", "#c23b3b", "#2f8f5b", "#7b4fc9", "#1b9aaa", "#b5651d", "#6b7385"];
+
+  /* (Re)build a chart when its series change, else only replace its data. */
+  function plot(id, seriesNames, data, axisLabel, valueFmt) {
+    const box = document.getElementById(id);
+    const width = Math.max(300, box.clientWidth - 10);
+    const key = `${seriesNames.join("|")}@${width}`;
+    let chart = charts[id];
+    if (!chart || chart.key !== key) {
+      if (chart) chart.plot.destroy();
+      box.replaceChildren();
+      const plotted = new uPlot({
+        width, height: 190,
+        scales: { x: { time: true } },
+        axes: [{}, { label: axisLabel, size: 64, values: (u, ticks) => ticks.map(valueFmt) }],
+        series: [{ label: "time" }].concat(seriesNames.map((name, i) => ({
+          label: name, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
+          points: { show: data[0].length < 60, size: 4 },
+        }))),
+      }, data, box);
+      chart = charts[id] = { plot: plotted, key };
+    } else {
+      chart.plot.setData(data);
+    }
+  }
+
+  function percentileTable(state) {
+    const latency = state.latency || { queries: {} };
+    document.getElementById("lat-source").textContent =
+      `whole-run figures: ${latency.source || ""}` + (latency.since_ms ? ` since ${EK.fmt.time(latency.since_ms)} UTC` : "");
+    const body = document.querySelector("#percentiles tbody");
+    const rows = EK.queries().map((query) => {
+      const p = latency.queries[query];
+      const cell = (name) => EK.el("td", {
+        class: `num ${name}`, "data-value": p && p[name] !== null && p[name] !== undefined ? p[name] : "",
+        text: p ? EK.fmt.secs(p[name]) : "-",
+      });
+      return EK.el("tr", { "data-query": query },
+        EK.el("td", { text: query }),
+        EK.el("td", { class: "num count", text: p ? EK.fmt.int(p.count) : "0" }),
+        cell("p50"), cell("p95"), cell("p99"),
+        EK.el("td", { class: "num", text: p && p.count ? EK.fmt.secs(p.sum / p.count) : "-" }));
+    });
+    body.replaceChildren(...rows);
+  }
+
+  EK.pages.latency = {
+    render(state) {
+      const select = document.getElementById("lat-query");
+      EK.fillQuerySelect(select, false);
+      if (!select.dataset.bound) { select.dataset.bound = "1"; select.addEventListener("change", EK.render); }
+      percentileTable(state);
+      const query = select.value;
+      const epochs = state.epochs
+        .filter((e) => e.query === query && e.outcome === "committed")
+        .sort((a, b) => (a.started_ms + a.duration_ms) - (b.started_ms + b.duration_ms));
+      const xs = epochs.map((e) => (e.started_ms + e.duration_ms) / 1000);
+      const withLatency = epochs.filter((e) => e.p50 !== null);
+      plot("lat-chart", ["p50", "p95", "p99", "mean (exact)"], [
+        withLatency.map((e) => (e.started_ms + e.duration_ms) / 1000),
+        withLatency.map((e) => e.p50), withLatency.map((e) => e.p95), withLatency.map((e) => e.p99),
+        withLatency.map((e) => e.latency_mean),
+      ], "seconds", (v) => EK.fmt.secs(v));
+      plot("dur-chart", ["epoch duration ms", "transaction commit ms"], [
+        xs, epochs.map((e) => e.duration_ms), epochs.map((e) => e.commit_ms),
+      ], "ms", (v) => EK.fmt.int(Math.round(v)));
+      const partitions = new Set();
+      for (const e of epochs) {
+        for (const [topic, parts] of Object.entries(e.lag || {})) for (const p of Object.keys(parts)) partitions.add(`${topic}/${p}`);
+      }
+      const names = Array.from(partitions).sort();
+      plot("lag-chart", names.length ? names : ["lag"], [xs].concat((names.length ? names : ["lag"]).map((name) => epochs.map((e) => {
+        const cut = name.lastIndexOf("/");
+        const parts = (e.lag || {})[name.slice(0, cut)];
+        return parts ? (parts[name.slice(cut + 1)] ?? null) : null;
+      }))), "records", (v) => EK.fmt.int(Math.round(v)));
+    },
+  };
+})();
