@@ -98,7 +98,14 @@ def test_placement_then_scale_out_and_in_with_the_decisions_on_the_metrics() -> 
         ("scale-up", 1, 2),
         ("scale-down", 2, 1),
     ]
-    assert set(decisions[0]) == {"time_ms", "action", "executors_before", "executors_after", "reason", "applied"}
+    assert set(decisions[0]) == {
+        "time_ms",
+        "action",
+        "executors_before",
+        "executors_after",
+        "reason",
+        "applied",
+    }
     assert decisions[1]["time_ms"] == 1_700_000_001_000 and decisions[1]["applied"] is True
     assert decisions[0]["reason"].startswith("start: the job starts with autoscale.min.executors=1")
     text = generate_latest(_registry(metrics)).decode()
