@@ -8,11 +8,9 @@ spark-submit), and `ethereal-kafka run` with `spark.master=spark://...` in the j
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import TopicFactory
 from ethereal_kafka.testing.spark_cluster import StandaloneSparkCluster, alive_workers
-from tests.integration.eos_helpers import JobFiles, feed, output, write_job
+from tests.integration.eos_helpers import JobFiles, check_running_totals, feed, write_job
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -46,15 +44,7 @@ def _job(
 
 
 def _check_exact(bs: str, files: JobFiles, inputs: list[tuple[bytes, bytes]]) -> str:
-    updates = [json.loads(r.value or b"") for r in output(bs, files.sink_topic)]
-    reference = eos.running_total_reference(inputs)
-    seen = Counter((u["key"], u["count"]) for u in updates)
-    duplicates = sum(n - 1 for n in seen.values() if n > 1)
-    wrong = [u for u in updates if reference[u["key"]][u["count"] - 1] != u["total"]]
-    finals = {k: max(c for (key, c) in seen if key == k) for k, _ in seen}
-    lost = sum(1 for k, totals in reference.items() if finals.get(k) != len(totals))
-    assert updates and (duplicates, lost, wrong) == (0, 0, [])
-    return f"records={len(updates)} duplicates={duplicates} lost={lost}"
+    return check_running_totals(bs, files.sink_topic, inputs)
 
 
 def _ran_on_executors(cluster: StandaloneSparkCluster, app_name: str) -> int:
