@@ -100,6 +100,58 @@ class MemorySampler:
         self._thread.join()
 
 
+class TreeCpu:
+    """CPU-seconds (user + system) of a process and all its descendants, sampled with psutil every `interval_s`.
+
+    PySpark's Python daemon ignores SIGCHLD, so its workers' CPU never reaches the parent's `RUSAGE_CHILDREN`: each
+    process of the tree is sampled instead, and its last value kept (keyed by pid and start time, so a reused pid
+    is a new process). Call `sample()` once more just before the root exits for the last increments.
+    """
+
+    def __init__(self, root: int, interval_s: float = 0.25) -> None:
+        self.root = root
+        self.interval_s = interval_s
+        self.seen: dict[tuple[int, float], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def sample(self) -> None:
+        """Read the CPU time of every process in the tree now."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.root)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for process in tree:
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    key = (process.pid, process.create_time())
+            except psutil.Error:
+                continue
+            self.seen[key] = max(self.seen.get(key, 0.0), times.user + times.system)
+
+    @property
+    def seconds(self) -> float:
+        """CPU-seconds of every process seen so far."""
+        return sum(self.seen.values())
+
+    def __enter__(self) -> TreeCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:
     """Nearest-rank percentiles of `values` (empty → {})."""
     if not values:

@@ -81,9 +81,12 @@ class CostModel:
     per_record_ms: float | None = None
 
     def fill(self, aim_ms: float) -> float | None:
-        """Records that fill `aim_ms` by this model, or None when it cannot tell."""
-        if not self.per_record_ms or aim_ms <= self.fixed_ms:
+        """Records that fill `aim_ms` by this model (infinitely many when epochs of different sizes took the same
+        time), or None when it cannot tell."""
+        if self.per_record_ms is None or aim_ms <= self.fixed_ms:
             return None
+        if self.per_record_ms <= 0:
+            return math.inf
         return (aim_ms - self.fixed_ms) / self.per_record_ms
 
 
@@ -135,8 +138,9 @@ def next_budget(
 
     - Short epoch (below the aim by more than `TOLERANCE`) that used its whole budget (so more records were
       waiting): grow to the estimate, or half-way to what the cost model says fills the aim when that is more
-      (half-way: a per-record cost underestimated twofold still does not overshoot), at most `GROWTH_LIMIT` times
-      the budget.
+      (half-way: a per-record cost underestimated twofold still does not overshoot; while epochs of different
+      sizes take the same time, as during a job's warm-up, that is as far as allowed), at most `GROWTH_LIMIT`
+      times the budget.
     - Long epoch (above the aim by more than `TOLERANCE`): shrink to the estimate (unless `may_shrink` is False:
       the sizer passes that for a run's first epoch, whose time is mostly start-up).
     - Otherwise: hold.

@@ -121,6 +121,16 @@ def test_a_target_below_the_fixed_cost_aims_above_it_instead_of_shrinking_into_o
     assert aimed_ms(settings, None) == 200 == aimed_ms(settings, CostModel(50))
 
 
+def test_while_size_costs_nothing_measurable_the_budget_grows_at_the_limit() -> None:
+    # A job warming up: epochs of 1,000 to 6,000 records all take ~1.4 s (JIT, first connections), target 2 s.
+    history = [(1000, 1450), (1500, 1380), (2400, 1420)]
+    model = cost_model(history, 100)
+    assert model is not None and model.per_record_ms == 0 and model.fill(2000) == float("inf")
+    step = next_budget(2400, 2400, 1420, SETTINGS, model=model)
+    assert (step.action, step.budget) == ("grow", 2400 * GROWTH_LIMIT)
+    assert CostModel(300, 0.01).fill(1000) == pytest.approx(70_000) and CostModel(300).fill(1000) is None
+
+
 def test_noisy_durations_keep_epochs_within_twice_the_target() -> None:
     budgets, durations = simulate(250, 0.02, 60, SETTINGS, noise=0.3)
     steady = sorted(durations[10:])
