@@ -13,7 +13,9 @@ the checkpoint history), the process's whole wall time, CPU-seconds per million 
 tree (driver, Spark JVM, PySpark daemon and its workers, the streaming source runner; sampled with psutil, since the
 daemon ignores SIGCHLD and its workers' CPU never reaches the parent), epoch-duration percentiles (the coordinator's
 `foreachBatch` to commit) and the epoch sizes. Every output is checked against the plain-Python reference with a
-read_committed consumer (every expected id exactly once). Writes bench/results/adaptive.json.
+read_committed consumer (every expected id exactly once). `--scenario mixed` makes the second half of the backlog
+costlier per record (a 1.5 kB payload the job parses and drops), as when record sizes or the job's load change while
+a backlog drains. Writes bench/results/adaptive-<scenario>.json.
 """
 
 from __future__ import annotations
@@ -42,9 +44,12 @@ from tests.integration.eos_helpers import write_job
 PARTITIONS = 2
 
 
-def feed(bootstrap: str, topic: str, records: int) -> set[int]:
-    """Produce `records` events shaped like `eos.events` (key `k<n>` in a fixed partition); returns the ids the
-    stateless job keeps (`amount % 3 != 0`)."""
+def feed(bootstrap: str, topic: str, records: int, heavy_from: int | None = None) -> set[int]:
+    """Produce `records` events shaped like `eos.events` (key `k<n>` in a fixed partition); from index `heavy_from`
+    on, each event also carries a 1.5 kB `note` (the job reads and parses it, then drops it: a costlier record).
+    Returns the ids the stateless job keeps (`amount % 3 != 0`)."""
+    note = ',"note":"' + "x" * 1500 + '"'
+
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4"}
     )
@@ -54,9 +59,9 @@ def feed(bootstrap: str, topic: str, records: int) -> set[int]:
         k = (i * 7) % 13
         seqs[k] += 1
         amount = (i * 31) % 97
-        value = (
-            f'{{"id":{i},"key":"k{k}","seq":{seqs[k]},"amount":{amount},"ts":{1_800_000_000_000 + i * 300}}}'
-        )
+        extra = note if heavy_from is not None and i >= heavy_from else ""
+        ts = 1_800_000_000_000 + i * 300
+        value = f'{{"id":{i},"key":"k{k}","seq":{seqs[k]},"amount":{amount},"ts":{ts}{extra}}}'
         key = f"k{k}".encode()
         while True:
             try:
@@ -232,6 +237,12 @@ def main() -> None:
     parser.add_argument("--fixed", default="25000,100000,250000,500000,1000000")
     parser.add_argument("--target-ms", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--scenario",
+        choices=["uniform", "mixed"],
+        default="uniform",
+        help="mixed: the second half of the backlog carries a 1.5 kB payload per record (costlier records)",
+    )
     args = parser.parse_args()
     settings = ["adaptive", *args.fixed.split(",")]
     load = os.getloadavg()
@@ -239,7 +250,7 @@ def main() -> None:
     with bench_broker() as bootstrap:
         src = create_topic(bootstrap, f"adaptive-bench-in-{int(time.time())}", PARTITIONS)
         began = time.monotonic()
-        expected = feed(bootstrap, src, args.records)
+        expected = feed(bootstrap, src, args.records, args.records // 2 if args.scenario == "mixed" else None)
         print(f"fed {args.records} records in {time.monotonic() - began:.0f}s")
         runs: list[dict[str, Any]] = []
         for round_no in range(args.rounds):
@@ -254,6 +265,7 @@ def main() -> None:
     text = markdown(table, args.target_ms)
     result = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "scenario": args.scenario,
         "records": args.records,
         "partitions": PARTITIONS,
         "target_ms": args.target_ms,
@@ -262,7 +274,7 @@ def main() -> None:
         "runs": runs,
         "markdown": text,
     }
-    path = write_result("adaptive", result)
+    path = write_result(f"adaptive-{args.scenario}", result)
     print(text)
     print(f"written to {path}")
 
