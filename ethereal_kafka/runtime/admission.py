@@ -141,6 +141,7 @@ class EpochSizer:
                     entry.settings,
                     may_shrink=entry.learned,
                     model=entry.model,
+                    recent=list(entry.history),
                 )
                 entry.learned = entry.learned or records > 0
                 if step.budget != entry.budget:

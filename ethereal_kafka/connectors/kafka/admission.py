@@ -41,6 +41,10 @@ FIXED_COST_HEADROOM = 1.5
 SIZE_SPREAD = 0.25
 #: Epochs remembered per source for the fixed-cost estimate.
 HISTORY = 8
+#: Epochs whose median estimate must agree with the last one's before the budget grows (noise damping).
+SMOOTHING = 3
+#: An epoch this many times the aim shrinks the budget at once, whatever the epochs before it say.
+RUNAWAY = 1.5
 
 Observation = tuple[int, int]  # (records admitted, duration in ms) of one epoch
 
@@ -79,15 +83,6 @@ class CostModel:
 
     fixed_ms: float
     per_record_ms: float | None = None
-
-    def fill(self, aim_ms: float) -> float | None:
-        """Records that fill `aim_ms` by this model (infinitely many when epochs of different sizes took the same
-        time), or None when it cannot tell."""
-        if self.per_record_ms is None or aim_ms <= self.fixed_ms:
-            return None
-        if self.per_record_ms <= 0:
-            return math.inf
-        return (aim_ms - self.fixed_ms) / self.per_record_ms
 
 
 def cost_model(history: Sequence[Observation], min_records: int = 0) -> CostModel | None:
@@ -128,21 +123,25 @@ def next_budget(
     settings: AdmissionSettings,
     may_shrink: bool = True,
     model: CostModel | None = None,
+    recent: Sequence[Observation] = (),
 ) -> BudgetStep:
-    """The budget of the next epoch, from the last epoch's budget, records and duration, and the cost model when
-    known (`cost_model`; it sets the aimed duration, `aimed_ms`).
+    """The budget of the next epoch, from the last epoch's budget, records and duration, the cost model when known
+    (`cost_model`; it sets the aimed duration, `aimed_ms`) and the recent epochs (`(records, duration_ms)`, the last
+    one included) that damp noise.
 
     The estimate `records x aim / duration` is the size that fills the aimed duration at the rate just seen. With
     a per-epoch fixed cost it underestimates what fits while epochs are short (so growing towards it never
-    overshoots) and overestimates it while they run long (so shrinking converges from above).
+    overshoots) and overestimates it while they run long (so shrinking converges from above). On a shared machine
+    single epochs are noisy: the same estimate over the last `SMOOTHING` epochs (their median) must agree before
+    the budget grows, and keeps one slow epoch among fast ones from shrinking it.
 
     - Short epoch (below the aim by more than `TOLERANCE`) that used its whole budget (so more records were
-      waiting): grow to the estimate, or half-way to what the cost model says fills the aim when that is more
-      (half-way: a per-record cost underestimated twofold still does not overshoot; while epochs of different
-      sizes take the same time, as during a job's warm-up, that is as far as allowed), at most `GROWTH_LIMIT`
-      times the budget.
-    - Long epoch (above the aim by more than `TOLERANCE`): shrink to the estimate (unless `may_shrink` is False:
-      the sizer passes that for a run's first epoch, whose time is mostly start-up).
+      waiting): grow to the smaller of the two estimates, at most `GROWTH_LIMIT` times the budget (and by more
+      than `TOLERANCE`, or not at all).
+    - Long epoch (above the aim by more than `TOLERANCE`): shrink to the larger of the two estimates (never above
+      the budget; by more than `TOLERANCE`, or not at all), or straight to the last epoch's estimate when it ran
+      past `RUNAWAY` x the aim (unless
+      `may_shrink` is False: the sizer passes that for a run's first epoch, whose time is mostly start-up).
     - Otherwise: hold.
     The result always lies within the settings' bounds.
     """
@@ -151,6 +150,10 @@ def next_budget(
         return BudgetStep(budget, "hold", "empty epoch")
     target = aimed_ms(settings, model)
     estimate = records * target / duration_ms
+    last = list(recent)[-SMOOTHING:]
+    steady = (
+        statistics.median(n * target / d for n, d in last if d > 0) if len(last) == SMOOTHING else estimate
+    )
     aim = f"target {target} ms"
     if model is not None and target != settings.target_ms:
         aim = f"aim {target} ms: fixed cost {model.fixed_ms:.0f} ms"
@@ -158,18 +161,17 @@ def next_budget(
     if duration_ms < target * (1 - TOLERANCE):
         if records < budget:
             return BudgetStep(budget, "hold", f"{seen}, backlog below the budget")
-        fill = model.fill(target) if model is not None else None
-        wanted = max(estimate, fill / 2) if fill is not None else estimate
-        grown = settings.clamp(min(wanted, budget * GROWTH_LIMIT))
-        if grown <= budget:
-            return BudgetStep(budget, "hold", f"{seen}, at epoch.max.records")
+        grown = settings.clamp(min(estimate, steady, budget * GROWTH_LIMIT))
+        if grown <= budget * (1 + TOLERANCE) and grown < settings.max_records:
+            return BudgetStep(budget, "hold", f"{seen}, recent epochs slower or at epoch.max.records")
         return BudgetStep(grown, "grow", f"{seen} with more waiting")
     if duration_ms > target * (1 + TOLERANCE):
         if not may_shrink:
             return BudgetStep(budget, "hold", f"{seen}, first epoch of the run (start-up)")
-        shrunk = settings.clamp(estimate)
-        if shrunk >= budget:
-            return BudgetStep(budget, "hold", f"{seen}, at epoch.min.records")
+        runaway = duration_ms > target * RUNAWAY
+        shrunk = settings.clamp(estimate if runaway else max(estimate, min(steady, budget)))
+        if shrunk >= budget or (not runaway and shrunk >= budget * (1 - TOLERANCE)):
+            return BudgetStep(budget, "hold", f"{seen}, recent epochs faster or at epoch.min.records")
         return BudgetStep(shrunk, "shrink", seen)
     return BudgetStep(budget, "hold", f"{seen}, on target")
 
