@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(BIN)/ethereal-kafka broker fetch
+	$(BIN)/ethereal-kafka spark-archive
 	touch $(STAMP)
 
 install: $(STAMP)

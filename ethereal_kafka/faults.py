@@ -3,7 +3,7 @@
 - `ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS`: a sink task sleeps this long inside its first transaction of an epoch, before
   committing it, so that kills and broker restarts land inside open transactions.
 - `ETHEREAL_KAFKA_FAULT_TRACE`: a file to which every sink task appends one line per step of its transaction
-  (`<unix time> <query> <epoch> <task> <step>`, steps `open`, `commit`, `done`, `skip`), so a kill harness can say
+  (`<unix time> <query> <epoch> <task> <step>`, steps `start`, `open`, `commit`, `done`, `skip`), so a kill harness can say
   where each kill landed. Lines are appended with one `write` each (O_APPEND), so concurrent tasks do not mix.
 
 Both are read where the step happens (on executors), never at import time.
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 TXN_DELAY_ENV = "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS"
 TRACE_ENV = "ETHEREAL_KAFKA_FAULT_TRACE"
 
 #: The steps a sink task traces, in the order they happen.
-OPEN, COMMIT, DONE, SKIP = "open", "commit", "done", "skip"
+START, OPEN, COMMIT, DONE, SKIP = "start", "open", "commit", "done", "skip"
 
 
 def txn_delay_s() -> float:
@@ -37,3 +38,17 @@ def trace(query: str, epoch: int, task: int, step: str) -> None:
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+#: In-process hooks for failure tests that drive sink tasks directly (no Spark): `{point: callable(task index)}`.
+#: Points: `after_marker` (the marker was read and did not cover the epoch) and `in_transaction` (the transaction is
+#: open and its records sent; the marker is not sent yet), both in a task's first attempt at a transaction. Empty in
+#: production: `hook()` then does nothing.
+HOOKS: dict[str, Callable[[int], None]] = {}
+
+
+def hook(point: str, task: int) -> None:
+    """Call the test hook registered for `point`, if any."""
+    registered = HOOKS.get(point)
+    if registered is not None:
+        registered(task)

@@ -24,19 +24,8 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic
 
-from ethereal_kafka.checkpoint.clients import group_consumer
-from ethereal_kafka.checkpoint.errors import FencedError, RecoveryError
+from ethereal_kafka.checkpoint.errors import RecoveryError
 from ethereal_kafka.checkpoint.gate import EpochGate
-from ethereal_kafka.checkpoint.markers import EpochMarker
-from ethereal_kafka.checkpoint.plan import (
-    PARTITION_PRESERVING,
-    SHUFFLING,
-    SINK_INDEX_COLUMN,
-    EpochPlan,
-    TaskSlot,
-    progress_topic,
-    transactional_id,
-)
 from ethereal_kafka.checkpoint.spark_log import (
     CheckpointLogError,
     checkpoint_id,
@@ -44,12 +33,28 @@ from ethereal_kafka.checkpoint.spark_log import (
     epoch_watermark_ms,
     has_progress,
 )
-from ethereal_kafka.checkpoint.txn_task import RESULT_SCHEMA, owner_group, write_task
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
-from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, with_retries
+from ethereal_kafka.connectors.kafka.clients import (
+    admin_client,
+    cluster_metadata,
+    group_consumer,
+    with_retries,
+)
+from ethereal_kafka.connectors.kafka.epoch_write import (
+    SINK_INDEX_COLUMN,
+    EpochWrite,
+    TaskSlot,
+    owner_group,
+    progress_topic,
+    transactional_id,
+)
+from ethereal_kafka.connectors.kafka.errors import FencedError
+from ethereal_kafka.connectors.kafka.markers import EpochMarker
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
 from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns, check_same_cluster
+from ethereal_kafka.connectors.kafka.transactional import RESULT_SCHEMA, write_task
 from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.plan.classify import PARTITION_PRESERVING, SHUFFLING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -319,6 +324,11 @@ class CheckpointCoordinator:
             self._partitions[sink] = count
         return self._partitions[sink]
 
+    def close(self) -> None:
+        """End of the run: close the checkpoint history (its writer stays open while epochs are recorded)."""
+        if self.history is not None:
+            self.history.close()
+
     # -- epochs --------------------------------------------------------------------------------------------------
     def writer(self, query: str) -> EpochWriter:
         """The `foreachBatch` function of `query`."""
@@ -468,13 +478,7 @@ class EpochWriter:
                 for p, o in parts.items()
             )
             slots = tuple(TaskSlot(f"{t}-{p}", source.group, t, p, o) for t, p, o in inputs)
-            frame = batch
-            partitions = frame.rdd.getNumPartitions()
-            if partitions != len(slots):
-                raise RecoveryError(
-                    f"sink {self.sink}: epoch {batch_id} has {partitions} Spark partitions for {len(slots)} input "
-                    "partitions; a partition-preserving job must keep one Spark partition per Kafka partition"
-                )
+            frame = batch  # one Spark partition per input partition: a task past the slots refuses to write
         else:
             tasks = c.settings.sink_tasks
             group = f"{c.settings.app_id}.ethereal-progress.{self.sink}"
@@ -483,19 +487,24 @@ class EpochWriter:
             frame = _hash_partitioned(
                 batch, tasks, [(s.key_column, c.output_partitions(s.name)) for s in shape.sinks]
             )
-        plan = EpochPlan(
+        write = EpochWrite(
             app_id=c.settings.app_id,
             instance_id=c.instance_id,
             checkpoint_id=checkpoint,
             epoch=batch_id,
             query=self.sink,
             outputs=outputs,
-            mode=shape.mode,
             slots=slots,
             transaction_timeout_ms=c.settings.transaction_timeout_ms,
         )
-        rows = frame.mapInArrow(lambda it: write_task(plan, it), RESULT_SCHEMA).collect()
+        rows = frame.mapInArrow(lambda it: write_task(write, it), RESULT_SCHEMA).collect()
         self._task_rows = rows
+        ran = sorted(int(r["task"]) for r in rows)
+        if ran != list(range(len(slots))):
+            raise RecoveryError(
+                f"sink {self.sink}: epoch {batch_id} ran sink tasks {ran} for {len(slots)} slot(s); each slot "
+                "needs exactly one Spark partition (a partition-preserving job keeps one per Kafka partition)"
+            )
         written = sum(int(r["records"]) for r in rows)
         skipped = sum(int(r["skipped"]) for r in rows)
         return written, len(rows), skipped

@@ -14,12 +14,16 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ethereal_kafka.checkpoint.apps import local_path
-from ethereal_kafka.checkpoint.clients import group_consumer
-from ethereal_kafka.checkpoint.markers import EpochMarker, ReplayMarker
-from ethereal_kafka.checkpoint.plan import progress_topic
-from ethereal_kafka.checkpoint.txn_task import owner_group
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, watermarks, with_retries
+from ethereal_kafka.connectors.kafka.clients import (
+    admin_client,
+    cluster_metadata,
+    group_consumer,
+    watermarks,
+    with_retries,
+)
+from ethereal_kafka.connectors.kafka.epoch_write import owner_group, progress_topic
+from ethereal_kafka.connectors.kafka.markers import EpochMarker, ReplayMarker
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
 
 

@@ -37,13 +37,12 @@ from pathlib import Path
 from confluent_kafka import KafkaError, TopicPartition
 
 from ethereal_kafka.checkpoint.apps import RunRecord, local_path
-from ethereal_kafka.checkpoint.clients import group_consumer
 from ethereal_kafka.checkpoint.errors import AppRunningError, RecoveryError, ReplayError
 from ethereal_kafka.checkpoint.group_offsets import CommittedOffset, progress_queries, source_offsets
-from ethereal_kafka.checkpoint.markers import ReplayMarker
-from ethereal_kafka.checkpoint.plan import progress_topic
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.connectors.kafka.clients import admin_client, with_retries
+from ethereal_kafka.connectors.kafka.clients import admin_client, group_consumer, with_retries
+from ethereal_kafka.connectors.kafka.epoch_write import progress_topic
+from ethereal_kafka.connectors.kafka.markers import ReplayMarker
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
 
 log = logging.getLogger(__name__)

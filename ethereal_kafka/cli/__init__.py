@@ -13,6 +13,7 @@ from ethereal_kafka.cli import (
     offsets_cmd,
     replay_cmd,
     run_cmd,
+    spark_archive_cmd,
     ui_cmd,
     validate_cmd,
 )
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints_cmd.register(sub)
     offsets_cmd.register(sub)
     replay_cmd.register(sub)
+    spark_archive_cmd.register(sub)
     ui_cmd.register(sub)
     return parser
 

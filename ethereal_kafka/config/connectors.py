@@ -94,6 +94,12 @@ class KafkaSourceConfig(SerdeSettings):
         doc="set by the job runner from the job's epoch.sizing: adaptive = admit the per-epoch budget the job's "
         "epoch sizer posts in the checkpoint (never more than max.records.per.epoch)",
     )
+    partition_discovery_interval_ms: int = setting(
+        5000,
+        key="partition.discovery.interval.ms",
+        check=non_negative,
+        doc="how often epoch planning looks for new partitions and topics (0: every epoch)",
+    )
     batch_size: int = setting(10000, key="arrow.batch.size", check=positive, doc="records per Arrow batch")
     read_timeout_ms: int = setting(
         120000,

@@ -11,10 +11,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ethereal_kafka.checkpoint.plan import PARTITION_PRESERVING, SHUFFLING
-
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+#: A query whose Spark partition i of every epoch is input partition i (see the module docstring).
+PARTITION_PRESERVING = "partition-preserving"
+#: Any other query.
+SHUFFLING = "shuffling"
 
 #: Logical operators that keep state between epochs.
 _STATEFUL = re.compile(

@@ -23,10 +23,9 @@ from ethereal_kafka.checkpoint.apps import app_dir, release_run_lock
 from ethereal_kafka.checkpoint.errors import ReplayError
 from ethereal_kafka.checkpoint.group_offsets import progress_queries
 from ethereal_kafka.checkpoint.history import HistoryError, HistoryLog
-from ethereal_kafka.checkpoint.plan import progress_topic
-from ethereal_kafka.checkpoint.txn_task import owner_group
 from ethereal_kafka.config.job import LoadedJob
 from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata
+from ethereal_kafka.connectors.kafka.epoch_write import owner_group, progress_topic
 from ethereal_kafka.errors import EtherealKafkaError
 
 

@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ethereal_kafka.checkpoint.apps import hold_run_lock, record_run
-from ethereal_kafka.checkpoint.clients import close_cached_clients
 from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, QuerySinks
 from ethereal_kafka.checkpoint.history import HistoryLog
 from ethereal_kafka.checkpoint.replay import take_replay_intent
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
-from ethereal_kafka.connectors.kafka.clients import close_cached_consumers
+from ethereal_kafka.connectors.kafka.clients import close_cached_clients
 from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.runtime.admission import EpochSizer, sized_source
 from ethereal_kafka.runtime.autoscaler import open_autoscaler
@@ -225,6 +224,7 @@ def execute(
     metrics = RunMetrics()
     ui: Any = None
     running: RunningJob | None = None
+    coordinator: CheckpointCoordinator | None = None
     try:
         log.info("job %s starting on %s", job.app_id, spark.sparkContext.master)
         metrics = open_metrics(spark, loaded)
@@ -249,6 +249,8 @@ def execute(
         if ui is not None:
             ui.close()
         metrics.close()
+        if coordinator is not None:
+            coordinator.close()
 
 
 def run(
@@ -321,7 +323,6 @@ def stop_session(spark: SparkSession) -> None:
 def close_clients() -> None:
     """Close the Kafka clients this process cached for its jobs (the driver's coordinator and source clients)."""
     close_cached_clients()
-    close_cached_consumers()
 
 
 if __name__ == "__main__":  # pragma: no cover

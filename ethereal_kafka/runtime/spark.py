@@ -126,6 +126,12 @@ def local_session(
     """
     submitted = submitted_conf()
     chosen, settings = session_settings(master, conf, submitted)
+    if (
+        not submitted
+    ):  # the driver JVM starts here: let it map the class archive (`runtime.jvm`) when there is one
+        from ethereal_kafka.runtime.jvm import with_archive
+
+        settings = with_archive(settings)
     prepare_environment(chosen or submitted.get("spark.master", ""))
     from pyspark.sql import SparkSession
 

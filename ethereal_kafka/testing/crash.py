@@ -251,6 +251,7 @@ def describe_kill(root: Path, trace: Path) -> str:
 
 
 _STEP_WORDS = {
+    faults.START: "fencing or reading the marker",
     faults.OPEN: "in an open transaction",
     faults.COMMIT: "committing",
     faults.DONE: "committed",

@@ -73,12 +73,13 @@ def _job(
 def _run_to_the_end(spark: SparkSession, loaded: LoadedJob, metrics: RunMetrics | None = None) -> float:
     """Run the job in-process until its input at start is consumed (`availableNow`); returns the seconds taken."""
     began = time.monotonic()
-    running, _ = start(spark, loaded, available_now=True, metrics=metrics)
+    running, coordinator = start(spark, loaded, available_now=True, metrics=metrics)
     try:
         running.await_termination(240)
     finally:
         running.stop()
         running.close()
+        coordinator.close()
         close_clients()
     return time.monotonic() - began
 
@@ -102,6 +103,7 @@ def _run_until_refused(spark: SparkSession, loaded: LoadedJob, committed: int) -
     finally:
         running.stop()
         running.close()
+        coordinator.close()
 
 
 def test_a_replayed_epoch_reads_its_logged_range_whatever_the_sizer_posts_since(

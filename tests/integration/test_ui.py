@@ -31,11 +31,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ethereal_kafka.checkpoint.clients import close_cached_clients
 from ethereal_kafka.checkpoint.history import CheckpointHistory
-from ethereal_kafka.checkpoint.txn_task import FAULT_DELAY_ENV
 from ethereal_kafka.config.job import load_job
-from ethereal_kafka.connectors.kafka.clients import close_cached_consumers
+from ethereal_kafka.connectors.kafka.clients import close_cached_clients
+from ethereal_kafka.faults import TXN_DELAY_ENV as FAULT_DELAY_ENV
 from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
 from ethereal_kafka.runtime.runner import open_ui, start
 from ethereal_kafka.testing.cluster import KafkaCluster
@@ -83,7 +82,6 @@ class UiRun:
             self.metrics.close()
             # As the runner does after Spark stops: no cached client keeps polling a broker that goes away.
             close_cached_clients()
-            close_cached_consumers()
 
 
 def _feed(bootstrap: str, topic: str) -> int:

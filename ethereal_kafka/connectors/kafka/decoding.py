@@ -21,7 +21,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, Message
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.connectors.kafka.producers import cached_producer, drop_producer, producer_config
+from ethereal_kafka.connectors.kafka.clients import cached_producer, drop_producer, producer_config
 from ethereal_kafka.connectors.kafka.range_reader import KAFKA_ARROW_SCHEMA
 from ethereal_kafka.errors import ConfigError, KafkaConnectionError
 from ethereal_kafka.serde import Codec, SerdeError, SerdeSpec

@@ -1,21 +1,24 @@
 """Driver-side discovery of topic-partitions and resolution of start and end positions.
 
 Used by the stream reader on the driver only: `initialOffset` (start positions) and `latestOffset` (end offsets of
-the next epoch). Executors never call these.
+the next epoch). Executors never call these. Planning an epoch costs one ListOffsets request for all partitions;
+the cluster's metadata is asked for again only every `partition.discovery.interval.ms` (new partitions and topics
+matching a pattern are found then).
 """
 
 from __future__ import annotations
 
 import re
+import time
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import (
     admin_client,
     cluster_metadata,
     consumer_config,
-    watermarks,
     with_retries,
 )
 from ethereal_kafka.connectors.kafka.offsets import TopicPartitionKey
@@ -29,7 +32,8 @@ class PositionResolver:
         self.config = config
         self._admin = admin_client(config.bootstrap_servers, config.passthrough)
         self._consumer: Consumer | None = None
-        self._known: dict[str, int] = {}
+        self._partitions: list[TopicPartitionKey] | None = None
+        self._discovered_at = 0.0
 
     @property
     def consumer(self) -> Consumer:
@@ -51,12 +55,20 @@ class PositionResolver:
             self._consumer = None
 
     def topic_partitions(self) -> list[TopicPartitionKey]:
-        """Current partitions of the configured topics (or of the topics matching the pattern), sorted.
+        """Partitions of the configured topics (or of the topics matching the pattern), sorted: as of the last
+        discovery, which is at most `partition.discovery.interval.ms` old.
 
         Raises:
             ConfigError: a listed topic does not exist.
             KafkaConnectionError: the cluster did not answer after bounded retries.
         """
+        interval_s = self.config.partition_discovery_interval_ms / 1000
+        if self._partitions is None or time.monotonic() - self._discovered_at >= interval_s:
+            self._partitions = self._discover()
+            self._discovered_at = time.monotonic()
+        return list(self._partitions)
+
+    def _discover(self) -> list[TopicPartitionKey]:
         metadata = cluster_metadata(self._admin, self.config.bootstrap_servers)
         if self.config.topic_pattern is not None:
             pattern = re.compile(self.config.topic_pattern)
@@ -69,31 +81,34 @@ class PositionResolver:
                     f"on {self.config.bootstrap_servers}"
                 )
             names = list(self.config.topics)
-        found = sorted((t, p) for t in names for p in metadata.topics[t].partitions)
-        for topic in names:
-            count = len(metadata.topics[topic].partitions)
-            if self._known.get(topic) != count:
-                # The consumer caches metadata for minutes: refresh it, or offset queries for partitions added
-                # since it last looked fail with "unknown partition".
-                with_retries(
-                    f"metadata refresh of {topic}",
-                    self.config.bootstrap_servers,
-                    lambda t=topic: self.consumer.list_topics(t, timeout=10.0),  # type: ignore[misc]
-                )
-                self._known[topic] = count
-        return found
+        return sorted((t, p) for t in names for p in metadata.topics[t].partitions)
 
     def latest(self, tps: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """End offsets now (the last stable offset for read_committed)."""
-        return {
-            tp: watermarks(self.consumer, TopicPartition(*tp), self.config.bootstrap_servers)[1] for tp in tps
-        }
+        """End offsets now (the last stable offset for read_committed), in one request."""
+        return self._list_offsets(tps, OffsetSpec.latest(), "end offsets")
 
     def earliest(self, tps: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """The earliest retained offsets now."""
-        return {
-            tp: watermarks(self.consumer, TopicPartition(*tp), self.config.bootstrap_servers)[0] for tp in tps
-        }
+        """The earliest retained offsets now, in one request."""
+        return self._list_offsets(tps, OffsetSpec.earliest(), "earliest offsets")
+
+    def _list_offsets(
+        self, tps: list[TopicPartitionKey], spec: OffsetSpec, what: str
+    ) -> dict[TopicPartitionKey, int]:
+        if not tps:
+            return {}
+        isolation = (
+            IsolationLevel.READ_COMMITTED
+            if self.config.isolation_level == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+
+        def query() -> dict[TopicPartitionKey, int]:
+            futures = self._admin.list_offsets(
+                {TopicPartition(t, p): spec for t, p in tps}, isolation_level=isolation, request_timeout=10.0
+            )
+            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+
+        return with_retries(f"{what} of {len(tps)} partition(s)", self.config.bootstrap_servers, query)
 
     def at_timestamp(self, tps: list[TopicPartitionKey], timestamp_ms: int) -> dict[TopicPartitionKey, int]:
         """The first offset whose timestamp is >= `timestamp_ms`, or the end offset when there is none."""

@@ -88,7 +88,9 @@ def read_messages(
     last_progress = time.monotonic()
     try:
         while position < until:
-            polled = consumer.consume(num_messages=batch_size, timeout=0.5)
+            # Ask for no more than the range still holds: `consume` returns once it has that many messages (or an
+            # end-of-partition event), instead of waiting out its timeout for a batch the range cannot fill.
+            polled = consumer.consume(num_messages=max(1, min(batch_size, until - position)), timeout=0.5)
             chunk: list[Message] = []
             for message in polled:
                 err = message.error()

@@ -16,8 +16,8 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, Message, Producer
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig
+from ethereal_kafka.connectors.kafka.clients import cached_producer, drop_producer, producer_config
 from ethereal_kafka.connectors.kafka.encoding import OutRecord, SinkOutput, encode_outputs, sink_specs
-from ethereal_kafka.connectors.kafka.producers import cached_producer, drop_producer, producer_config
 from ethereal_kafka.errors import ConfigError, KafkaConnectionError
 
 if TYPE_CHECKING:

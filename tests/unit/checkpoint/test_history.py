@@ -304,19 +304,24 @@ def test_reader_detects_a_torn_view_and_gives_up_after_retries(
             reader.records()
 
 
-def test_history_log_waits_for_a_held_lock_and_never_holds_it(record_factory: RecordFactory) -> None:
+def test_history_log_waits_for_a_held_lock_then_keeps_its_writer_until_closed(
+    record_factory: RecordFactory,
+) -> None:
     from ethereal_kafka.checkpoint.history import HistoryLog
 
-    log = HistoryLog("app", lock_wait_s=5.0)
-    log.record(record_factory(epoch=0))
-    holder = CheckpointHistory("app")  # another writer holds the lock for a moment
+    holder = CheckpointHistory("app")  # another writer (a stopping instance) holds the lock for a moment
     releaser = threading.Timer(0.5, holder.close)
     releaser.start()
-    log.record(record_factory(epoch=1))  # waits for the lock instead of failing
+    log = HistoryLog("app", lock_wait_s=5.0)
+    log.record(record_factory(epoch=0))  # waits for the lock instead of failing
     releaser.join()
-    with CheckpointHistory("app") as again:  # and the log itself holds nothing between writes
+    log.record(record_factory(epoch=1))
+    with pytest.raises(HistoryError, match="another instance"):  # the run holds the writer between epochs
+        CheckpointHistory("app")
+    assert [r.epoch for r in log.records()] == [0, 1]  # readers are never locked out
+    log.close()
+    with CheckpointHistory("app") as again:  # and lets it go when the run ends
         assert [r.epoch for r in again.records()] == [0, 1]
-    assert [r.epoch for r in log.records()] == [0, 1]
 
 
 def test_history_log_gives_up_after_its_wait(record_factory: RecordFactory) -> None:

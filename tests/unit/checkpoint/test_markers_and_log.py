@@ -3,13 +3,13 @@ from pathlib import Path
 
 import pytest
 
-from ethereal_kafka.checkpoint.markers import EpochMarker
 from ethereal_kafka.checkpoint.spark_log import (
     CheckpointLogError,
     checkpoint_id,
     epoch_end_offsets,
     has_progress,
 )
+from ethereal_kafka.connectors.kafka.markers import EpochMarker
 
 
 def test_marker_round_trip_and_app_ids_with_colons() -> None:

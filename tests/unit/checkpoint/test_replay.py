@@ -11,7 +11,6 @@ import pytest
 from ethereal_kafka.checkpoint.apps import RunRecord
 from ethereal_kafka.checkpoint.errors import AppRunningError, RecoveryError, ReplayError
 from ethereal_kafka.checkpoint.group_offsets import CommittedOffset
-from ethereal_kafka.checkpoint.markers import EpochMarker, ReplayMarker
 from ethereal_kafka.checkpoint.replay import (
     APPLIED_FILE,
     INTENT_FILE,
@@ -24,6 +23,7 @@ from ethereal_kafka.checkpoint.replay import (
     moved_aside_path,
     take_replay_intent,
 )
+from ethereal_kafka.connectors.kafka.markers import EpochMarker, ReplayMarker
 
 
 @pytest.mark.parametrize(

@@ -14,23 +14,24 @@ from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN, SinkOutput
 
 __all__ = [
-    "PARTITION_PRESERVING",
-    "SHUFFLING",
     "SINK_INDEX_COLUMN",
-    "EpochPlan",
+    "EpochWrite",
     "SinkOutput",
     "TaskSlot",
+    "owner_group",
     "progress_topic",
     "transactional_id",
 ]
-
-PARTITION_PRESERVING = "partition-preserving"
-SHUFFLING = "shuffling"
 
 
 def progress_topic(app_id: str) -> str:
     """The internal topic whose partitions carry shuffling jobs' epoch markers and the instance claim."""
     return f"{app_id}.ethereal-progress"
+
+
+def owner_group(app_id: str) -> str:
+    """The group whose offset on progress partition 0 names the instance that owns the app."""
+    return f"{app_id}.ethereal-owner"
 
 
 def transactional_id(app_id: str, query: str, task_name: str) -> str:
@@ -57,7 +58,7 @@ class TaskSlot:
 
 
 @dataclass(frozen=True)
-class EpochPlan:
+class EpochWrite:
     """Everything a sink task of epoch `epoch` needs.
 
     Attributes:
@@ -74,7 +75,6 @@ class EpochPlan:
     epoch: int
     query: str
     outputs: tuple[SinkOutput, ...]
-    mode: str
     slots: tuple[TaskSlot, ...]
     transaction_timeout_ms: int
 

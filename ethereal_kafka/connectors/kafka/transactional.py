@@ -1,0 +1,362 @@
+"""Phase one of the exactly-once protocol: one sink task attempt commits its output and its epoch marker atomically.
+
+Runs inside a Spark task: `write_task` is the `mapInArrow` body of an epoch's write. Task i of epoch N
+(`EpochWrite.slots[i]`) does, in this order:
+
+1. **Fence.** It builds a producer of its own for the task's transactional id; `init_transactions` fences every
+   older holder of the id (an earlier attempt of this task, a task of a crashed run, a producer abandoned inside a
+   commit) and completes or aborts what that holder left open. From then on nothing older can commit.
+2. **Owner.** The app's claim must still name this instance, else `FencedError`: an instance that was taken over
+   writes nothing, even where its task fenced the new owner's producer for a moment.
+3. **Marker.** If the task's marker covers (app, checkpoint, N), the epoch's output was committed before: the task
+   reads its input to the end and writes nothing.
+4. **Write.** Begin; encode and produce the input batch by batch as it arrives; send the marker with
+   `send_offsets_to_transaction`; commit.
+
+Reading the marker before fencing leaves a gap in which an older holder commits and the new attempt then writes the
+same output again (`tests/integration/test_sink_task.py` reproduces it).
+
+Errors by class: retriable → the same call again with bounded backoff; abortable → abort and redo from the input
+batches kept (up to `RETAIN_BYTES`); fatal (fenced, timed out, invalid epoch) → close the producer and fence again
+with a new one, check the owner, re-read the marker (a commit may have landed although the call failed) and redo
+only if needed. A producer lives for one attempt and is closed after it, so a healthy run never fences itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+
+from ethereal_kafka import faults
+from ethereal_kafka.connectors.kafka.clients import group_consumer, read_marker, transactional_producer
+from ethereal_kafka.connectors.kafka.encoding import encode_outputs
+from ethereal_kafka.connectors.kafka.epoch_write import (
+    SINK_INDEX_COLUMN,
+    EpochWrite,
+    TaskSlot,
+    owner_group,
+    progress_topic,
+)
+from ethereal_kafka.connectors.kafka.errors import FencedError, TransactionError
+from ethereal_kafka.connectors.kafka.markers import EpochMarker
+from ethereal_kafka.connectors.kafka.sink import send_records
+
+T = TypeVar("T")
+
+#: One summary row per task. `sink_records`: records per sink of the query (in `outputs` order); `commit_ms`: how
+#: long `send_offsets_to_transaction` + `commit_transaction` of the committing attempt took (null when none did).
+RESULT_SCHEMA = (
+    "task int, records long, skipped int, attempts int, sink_records array<bigint>, commit_ms double"
+)
+MAX_ATTEMPTS = 6
+
+#: Per-call timeout of the transactional calls, and how long one call is retried while Kafka says "retriable".
+#: Both are bounded: a commit that hangs (seen after a broker restart: librdkafka's EndTxn never answered) must
+#: end in a new producer, whose `init_transactions` completes or aborts the transaction, not block the epoch.
+CALL_TIMEOUT_S = 30.0
+RETRY_DEADLINE_S = 60.0
+
+#: Input kept in memory (Arrow batches, as they arrived) so that an aborted transaction can be redone within the
+#: task. Epochs are bounded under exactly-once, so a task's share normally fits; past this the task stops keeping
+#: its input, and a failure after that fails the task (Spark replays the epoch from its logged offsets).
+RETAIN_BYTES = 256 * 1024 * 1024
+
+_FATAL_CODES = {
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.INVALID_TXN_STATE,
+    KafkaError._STATE,
+    KafkaError._TIMED_OUT,
+}
+
+
+def _retriable(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and bool(exc.args and exc.args[0].retriable())
+
+
+def _bounded(what: str, call: Callable[[], T], timeout_s: float = CALL_TIMEOUT_S) -> T:
+    """Run a blocking transactional call, giving up after `timeout_s` even when the client does not.
+
+    librdkafka's `send_offsets_to_transaction` ignores its timeout and can block forever once the group
+    coordinator was restarted (confluentinc/librdkafka#5456, #5511; seen here after a broker restart). The call
+    runs in a daemon thread (the client releases the GIL); if it has not returned in time the caller gets a
+    `_TIMED_OUT` error, which is fatal for the attempt: its producer is abandoned and the next producer's
+    `init_transactions` fences it.
+
+    Raises:
+        KafkaException: what the call raised, or `_TIMED_OUT` when it did not return in time.
+    """
+    outcome: dict[str, object] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"ethereal-kafka-{what}", daemon=True).start()
+    if not done.wait(timeout_s + 5.0):
+        raise KafkaException(
+            KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within {timeout_s + 5.0:.0f}s")
+        )
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome.get("value")  # type: ignore[return-value]
+
+
+def _retry(call: Callable[[], T]) -> T:
+    """The same call again while Kafka says it is retriable (bounded in attempts and in time)."""
+    wrapped = retry(
+        retry=retry_if_exception(_retriable),
+        stop=stop_after_attempt(8) | stop_after_delay(RETRY_DEADLINE_S),
+        wait=wait_exponential(multiplier=0.1, max=2.0),
+        reraise=True,
+    )(call)
+    return wrapped()
+
+
+class _Input:
+    """The task's input batches: read once from Spark's iterator, kept (up to `RETAIN_BYTES`) for redoes."""
+
+    def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
+        self._source = iter(batches)
+        self._kept: list[pa.RecordBatch] = []
+        self._kept_bytes = 0
+        self.complete = True  # every batch read so far is kept
+        self.exhausted = False
+
+    def first_pass(self) -> Iterator[pa.RecordBatch]:
+        """Every batch from Spark, kept while the budget allows."""
+        for batch in self._source:
+            if self.complete:
+                self._kept_bytes += batch.nbytes
+                if self._kept_bytes <= RETAIN_BYTES:
+                    self._kept.append(batch)
+                else:
+                    self.complete = False
+                    self._kept.clear()
+            yield batch
+        self.exhausted = True
+
+    def again(self) -> Iterator[pa.RecordBatch]:
+        """The kept batches, then whatever Spark has not handed over yet.
+
+        Raises:
+            TransactionError: part of the input is gone (past `RETAIN_BYTES`), so it cannot be produced again.
+        """
+        if not self.complete:
+            raise TransactionError(
+                f"the task's input outgrew the {RETAIN_BYTES >> 20} MiB kept for redoing a transaction; the epoch "
+                "fails and is replayed (lower max.bytes.per.epoch / max.records.per.epoch)"
+            )
+        kept = list(self._kept)
+        yield from kept
+        if not self.exhausted:
+            yield from self.first_pass()
+
+    def drain(self) -> None:
+        """Read what Spark still has (a skipped task must consume its input all the same)."""
+        for _ in self._source:
+            pass
+        self.exhausted = True
+
+
+class TransactionalTask:
+    """Commits one task's records and marker exactly once (see the module docstring); one instance per attempt."""
+
+    def __init__(self, write: EpochWrite, index: int) -> None:
+        """Raises:
+        TransactionError: the epoch has no slot for task `index` (more Spark partitions than slots): nothing
+            may be written under an identity the coordinator does not know.
+        """
+        if not 0 <= index < len(write.slots):
+            raise TransactionError(
+                f"query {write.query}, epoch {write.epoch}: sink task {index} has no slot ({len(write.slots)} "
+                "planned); a partition-preserving job must keep one Spark partition per Kafka partition"
+            )
+        self.write = write
+        self.index = index
+        self.slot: TaskSlot = write.slots[index]
+        self.txn_id = write.transactional_id(self.slot)
+        sink = write.sink
+        self.consumer = group_consumer(sink.bootstrap_servers, self.slot.marker_group, sink.passthrough)
+        self.attempts = 0
+        self.commit_ms: float | None = None
+        self.records = 0
+        self._producer: Producer | None = None
+
+    def commit(self, batches: Iterable[pa.RecordBatch]) -> bool:
+        """Commit the records of `batches` with the marker; returns False when the epoch was committed before
+        (nothing sent; the input is read to the end all the same).
+
+        Raises:
+            FencedError: another instance owns the app.
+            TransactionError: no commit after `MAX_ATTEMPTS` attempts, or a redo needed input no longer kept.
+        """
+        source = _Input(batches)
+        self._trace(faults.START)
+        try:
+            if not self._fence_and_check():
+                source.drain()
+                return False
+            marker = EpochMarker(self.write.app_id, self.write.checkpoint_id, self.write.epoch).render()
+            offsets = [
+                TopicPartition(
+                    self.slot.marker_topic, self.slot.marker_partition, self.slot.marker_offset, marker
+                )
+            ]
+            last: Exception | None = None
+            for attempt in range(MAX_ATTEMPTS):
+                self.attempts = attempt + 1
+                try:
+                    self._transaction(
+                        source.first_pass() if attempt == 0 else source.again(), offsets, attempt
+                    )
+                    return True
+                except KafkaException as exc:
+                    last = exc
+                    error = exc.args[0] if exc.args else None
+                    # Fatal for this producer: fence again with a new one; the commit may have landed.
+                    if not self._abort(error) and not self._fence_and_check():
+                        source.drain()
+                        return True
+                time.sleep(min(2.0, 0.1 * 2**attempt))
+            raise TransactionError(
+                f"{self.txn_id}: epoch {self.write.epoch} not committed after {MAX_ATTEMPTS} attempts: {last}"
+            ) from last
+        finally:
+            self._close()
+
+    # -- the steps -----------------------------------------------------------------------------------------------
+    def _fence_and_check(self) -> bool:
+        """Fence older holders with a new producer, check the owner, read the marker; True when the epoch still
+        has to be written."""
+        self._close()
+        self._producer = _retry(
+            lambda: transactional_producer(
+                self.txn_id,
+                self.write.sink.bootstrap_servers,
+                self.write.transaction_timeout_ms,
+                self.write.sink.passthrough,
+            )
+        )
+        self._check_owner()
+        marker = _retry(
+            lambda: read_marker(self.consumer, self.slot.marker_topic, self.slot.marker_partition)
+        )
+        if marker is not None and marker.covers(
+            self.write.app_id, self.write.checkpoint_id, self.write.epoch
+        ):
+            self._trace(faults.SKIP)
+            return False
+        faults.hook("after_marker", self.index)
+        return True
+
+    def _check_owner(self) -> None:
+        sink = self.write.sink
+        consumer = group_consumer(sink.bootstrap_servers, owner_group(self.write.app_id), sink.passthrough)
+        claim = [TopicPartition(progress_topic(self.write.app_id), 0)]
+        found = _retry(lambda: consumer.committed(claim, timeout=30))
+        owner = found[0].metadata if found else None
+        if owner and owner != self.write.instance_id:
+            raise FencedError(
+                f"app {self.write.app_id}: another instance ({owner}) took over; this one "
+                f"({self.write.instance_id}) stops"
+            )
+
+    def _transaction(
+        self, batches: Iterable[pa.RecordBatch], offsets: list[TopicPartition], attempt: int
+    ) -> None:
+        """One transaction: begin, produce while reading, offsets with the marker, commit (retriable calls are
+        retried in place). Raises KafkaException on failure."""
+        producer = self._producer
+        assert producer is not None
+        producer.begin_transaction()
+        self._trace(faults.OPEN)
+        # A failed delivery fails the commit (an abortable error), so no delivery callback is needed.
+        self.records = send_records(producer, encode_outputs(self.write.outputs, batches), None)
+        if attempt == 0:
+            faults.hook("in_transaction", self.index)
+            delay_s = faults.txn_delay_s()
+            if delay_s:
+                time.sleep(delay_s)
+        metadata = self.consumer.consumer_group_metadata()
+        committing = time.perf_counter()
+        _retry(
+            lambda: _bounded(
+                "send_offsets_to_transaction",
+                lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
+            )
+        )
+        self._trace(faults.COMMIT)
+        _retry(lambda: _bounded("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S)))
+        self.commit_ms = (time.perf_counter() - committing) * 1000
+        self._trace(faults.DONE)
+
+    def _abort(self, error: KafkaError | None) -> bool:
+        """After a failed transaction: abort it when the error allows (True), else report it fatal (False)."""
+        fatal = error is None or error.fatal() or error.code() in _FATAL_CODES
+        producer = self._producer
+        if fatal or producer is None:
+            return False
+        try:
+            _retry(lambda: _bounded("abort_transaction", lambda: producer.abort_transaction(CALL_TIMEOUT_S)))
+            return True
+        except KafkaException:
+            return False
+
+    def _close(self) -> None:
+        """Let go of this attempt's producer (its transaction is committed, aborted, or fenced by the next)."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(KafkaException):  # a fenced producer raises its fatal error again
+                producer.flush(0)
+
+    def _trace(self, step: str) -> None:
+        faults.trace(self.write.query, self.write.epoch, self.index, step)
+
+
+def write_task(write: EpochWrite, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`mapInArrow` body of one sink task: commit the task's rows exactly once; yields one summary row."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    index = context.partitionId() if context is not None else 0
+    per_sink = [0] * len(write.outputs)
+    task = TransactionalTask(write, index)
+    committed = task.commit(_count_rows(batches, per_sink))
+    yield pa.RecordBatch.from_pydict(
+        {
+            "task": pa.array([index], pa.int32()),
+            "records": pa.array([task.records if committed else 0], pa.int64()),
+            "skipped": pa.array([0 if committed else 1], pa.int32()),
+            "attempts": pa.array([task.attempts], pa.int32()),
+            "sink_records": pa.array([per_sink if committed else [0] * len(per_sink)], pa.list_(pa.int64())),
+            "commit_ms": pa.array([task.commit_ms if committed else None], pa.float64()),
+        }
+    )
+
+
+def _count_rows(batches: Iterator[pa.RecordBatch], per_sink: list[int]) -> Iterator[pa.RecordBatch]:
+    """Pass the batches through, adding each row to its sink's count (by `__sink` when the query has several)."""
+    import pyarrow.compute as pc
+
+    for batch in batches:
+        if len(per_sink) == 1 or SINK_INDEX_COLUMN not in batch.schema.names:
+            per_sink[0] += batch.num_rows
+        else:
+            for entry in pc.value_counts(batch.column(SINK_INDEX_COLUMN)).to_pylist():
+                if entry["values"] is not None and 0 <= entry["values"] < len(per_sink):
+                    per_sink[entry["values"]] += entry["counts"]
+        yield batch
