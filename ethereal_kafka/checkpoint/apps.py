@@ -1,20 +1,21 @@
 """What this host knows about an app: its run record (which job, which checkpoint) and its run lock (is it running).
 
-`ethereal-kafka run` (the runner's `start`) takes the app's run lock and writes its run record before the
-coordinator claims the app. `ethereal-kafka offsets APP` and `replay APP` read the record to find the job file and
-the checkpoint; `replay` takes the lock exclusively to prove that no instance of the app runs on this host.
+`ethereal-kafka run` takes the app's run lock (`checkpoint.ownership.InstanceGuard`) and writes its run record
+before the coordinator starts. `ethereal-kafka offsets APP` and `replay APP` read the record to find the job file
+and the checkpoint; `replay` takes the lock to prove that no instance of the app runs on this host.
 
 Both live beside the app's checkpoint history, in `<cache>/apps/<app.id>/`:
 
 * `job.json` — the run record: the job file and checkpoint root as absolute paths, the instance id that claims the
   app in Kafka, host, pid and start time. Paths and ids only: no connector setting (so no secret) is written.
-* `run.lock` — an advisory `flock`. Every running instance holds it *shared* for the life of its process (two
-  instances may overlap while the second takes over from the first); `replay` takes it *exclusive*, without
-  waiting, for as long as it changes anything. The kernel releases a lock when its process ends, SIGKILL
+* `run.lock` — an advisory `flock`, held *exclusively* by the one running instance for the life of its run, and by
+  `replay` for as long as it changes anything. The kernel releases a lock when its process ends, SIGKILL
   included, so a crashed job never leaves a stale lock; a pid or a heartbeat file could not promise that.
+* `replay.lock` — held by `replay` too, so that a starting instance that finds `run.lock` taken can tell a replay
+  (wait for it) from a running instance (refuse, or take over).
 
-The lock only sees processes on this host (and hosts sharing this cache directory over a file system with working
-`flock`). `replay` covers other hosts with the owner claim in Kafka (see `checkpoint.replay.check_stopped`).
+The locks only see processes on this host (and hosts sharing this cache directory over a file system with working
+`flock`). Other hosts are covered by the owner claim in Kafka and its heartbeat (`checkpoint.ownership`).
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from ethereal_kafka.broker.jars import cache_home
-from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
+from ethereal_kafka.checkpoint.errors import AppRunningError
 from ethereal_kafka.config.job import LoadedJob
 
 log = logging.getLogger(__name__)
 
 RECORD_FILE = "job.json"
 LOCK_FILE = "run.lock"
+REPLAY_LOCK_FILE = "replay.lock"
 
 #: How long a starting job waits for a replay holding the lock exclusively (a replay takes seconds).
 LOCK_WAIT_S = 120.0
@@ -159,47 +161,42 @@ def read_run_record(app_id: str) -> RunRecord | None:
         return None
 
 
-def _open_lock(app_id: str) -> IO[bytes]:
+def _open_lock(app_id: str, name: str = LOCK_FILE) -> IO[bytes]:
     folder = app_dir(app_id)
     folder.mkdir(parents=True, exist_ok=True)
-    return (folder / LOCK_FILE).open("ab")
+    return (folder / name).open("ab")
 
 
-def hold_run_lock(app_id: str, wait_s: float = LOCK_WAIT_S) -> None:
-    """Hold the app's run lock (shared) until this process ends or `release_run_lock` is called.
-
-    Called by the runner before it looks at the checkpoint, so a replay can never change the checkpoint between
-    the runner's look and its start. Idempotent within a process. Waits while a replay holds the lock.
-
-    Raises:
-        ReplayError: a replay still held the lock after `wait_s` seconds.
-    """
+def try_run_lock(app_id: str) -> bool:
+    """Take the app's run lock exclusively, without waiting, and hold it until `release_run_lock` or the end of this
+    process; True when it is held (idempotent within a process), False when another process holds it."""
     with _HELD_LOCK:
         if app_id in _HELD:
-            return
+            return True
         handle = _open_lock(app_id)
-        deadline = time.monotonic() + wait_s
-        told = False
-        while True:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    handle.close()
-                    raise ReplayError(
-                        f"app {app_id}: a replay has held its run lock for {wait_s:.0f} s; "
-                        f"retry when `ethereal-kafka replay {app_id}` has finished"
-                    ) from None
-                if not told:
-                    log.warning("app %s: waiting for a replay in progress to finish", app_id)
-                    told = True
-                time.sleep(0.2)
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return False
         _HELD[app_id] = handle
+        return True
+
+
+def replay_in_progress(app_id: str) -> bool:
+    """True while `ethereal-kafka replay` changes the app on this host (it holds `replay.lock`)."""
+    handle = _open_lock(app_id, REPLAY_LOCK_FILE)
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        handle.close()
+    return False
 
 
 def release_run_lock(app_id: str) -> None:
-    """Release the lock `hold_run_lock` took in this process (no-op when it holds none)."""
+    """Release the lock `try_run_lock` took in this process (no-op when it holds none)."""
     with _HELD_LOCK:
         handle = _HELD.pop(app_id, None)
     if handle is not None:
@@ -208,16 +205,18 @@ def release_run_lock(app_id: str) -> None:
 
 @contextlib.contextmanager
 def exclusive_run_lock(app_id: str) -> Iterator[None]:
-    """Hold the app's run lock exclusively for the `with` block; fail at once when any instance holds it.
+    """Hold the app's run and replay locks for the `with` block; fail at once when an instance holds the run lock.
 
-    While it is held no instance of the app can start on this host (starting ones wait).
+    While they are held no instance of the app can start on this host (starting ones see the replay and wait).
 
     Raises:
         AppRunningError: an instance of the app holds the lock (the message names its pid and start time).
     """
+    replay = _open_lock(app_id, REPLAY_LOCK_FILE)
     handle = _open_lock(app_id)
     try:
         try:
+            fcntl.flock(replay.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise AppRunningError(
@@ -226,6 +225,7 @@ def exclusive_run_lock(app_id: str) -> Iterator[None]:
         yield
     finally:
         handle.close()
+        replay.close()
 
 
 def _who(app_id: str) -> str:

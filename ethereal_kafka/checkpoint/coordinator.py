@@ -12,6 +12,7 @@ commit log, so Kafka is never behind Spark.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -21,11 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, NewTopic
 
 from ethereal_kafka.checkpoint.errors import RecoveryError
 from ethereal_kafka.checkpoint.gate import EpochGate
+from ethereal_kafka.checkpoint.layout import WriteLayout, check_layout, read_layout, record_layout
+from ethereal_kafka.checkpoint.ownership import describe, read_claim, write_claim
 from ethereal_kafka.checkpoint.spark_log import (
     CheckpointLogError,
     checkpoint_id,
@@ -38,20 +41,22 @@ from ethereal_kafka.connectors.kafka.clients import (
     admin_client,
     cluster_metadata,
     group_consumer,
+    transactional_producer,
     with_retries,
 )
+from ethereal_kafka.connectors.kafka.epoch_bounds import check_bounds_fit
 from ethereal_kafka.connectors.kafka.epoch_write import (
     SINK_INDEX_COLUMN,
     EpochWrite,
     TaskSlot,
-    owner_group,
     progress_topic,
     transactional_id,
 )
 from ethereal_kafka.connectors.kafka.errors import FencedError
-from ethereal_kafka.connectors.kafka.markers import EpochMarker
+from ethereal_kafka.connectors.kafka.markers import EpochMarker, OwnerClaim
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
 from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns, check_same_cluster
+from ethereal_kafka.connectors.kafka.source import initial_offsets_file
 from ethereal_kafka.connectors.kafka.transactional import RESULT_SCHEMA, write_task
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.plan.classify import PARTITION_PRESERVING, SHUFFLING
@@ -62,6 +67,9 @@ if TYPE_CHECKING:
     from ethereal_kafka.checkpoint.history import EpochRecord, HistoryLog
 
 log = logging.getLogger(__name__)
+
+#: Errors that mean another instance fenced this one's producer.
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "at-least-once"
@@ -128,11 +136,15 @@ class CheckpointCoordinator:
         sources: Mapping[str, KafkaSourceConfig],
         sinks: Mapping[str, KafkaSinkConfig],
         history: HistoryLog | None = None,
+        owner: OwnerClaim | None = None,
     ) -> None:
         self.settings = settings
         self.sources = dict(sources)
         self.sinks = dict(sinks)
-        self.instance_id = uuid.uuid4().hex[:16]
+        #: The claim this instance commits at start (`checkpoint.ownership`); its id marks the instance's epochs.
+        self.owner = owner or OwnerClaim(uuid.uuid4().hex[:16])
+        self.instance_id = self.owner.instance_id
+        self._phase_two: dict[str, Producer] = {}
         self.shapes: dict[str, QuerySinks] = {}
         self._partitions: dict[str, int | None] = {}
         self.history = history
@@ -174,10 +186,28 @@ class CheckpointCoordinator:
             if shape.stateful and not replaying and not has_progress(self.location(name)):
                 self._refuse_if_ran_before(name)
         self._check_transaction_timeout()
+        self._check_layouts()
         self._ensure_progress_topic()
         self._claim()
         if self.settings.guarantee == EXACTLY_ONCE:
             self._fence_pool()
+
+    def _check_layouts(self) -> None:
+        """Record each shuffling query's write layout at its first start; refuse a start with another one
+        (`checkpoint.layout`). Raises ConfigError."""
+        if self.settings.guarantee != EXACTLY_ONCE:
+            return
+        for name, shape in self.shapes.items():
+            if shape.mode != SHUFFLING or "://" in self.settings.checkpoint_root:
+                continue
+            current = WriteLayout(
+                self.settings.sink_tasks, {s.name: self.output_partitions(s.name) for s in shape.sinks}
+            )
+            recorded = read_layout(self.location(name))
+            if recorded is None:
+                record_layout(self.location(name), current)
+            else:
+                check_layout(name, recorded, current)
 
     def query_sources(self, query: str) -> list[KafkaSourceConfig]:
         """The sources `query` reads (its own configs when it has them, else every source of the job)."""
@@ -217,6 +247,7 @@ class CheckpointCoordinator:
             raise ConfigError(
                 f"transaction.timeout.ms={timeout} is shorter than the epoch interval {self.settings.epoch_interval_ms}"
             )
+        check_bounds_fit(self.sources.values(), timeout, self.settings.epoch_interval_ms)
         admin = admin_client(self.bootstrap, self.passthrough)
         brokers = cluster_metadata(admin, self.bootstrap).brokers
         resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
@@ -258,29 +289,24 @@ class CheckpointCoordinator:
             time.sleep(0.1)
 
     def _claim(self) -> None:
-        consumer = group_consumer(self.bootstrap, owner_group(self.settings.app_id), self.passthrough)
-        claim = TopicPartition(
-            progress_topic(self.settings.app_id), 0, int(time.time() * 1000), self.instance_id
-        )
-        with_retries(
-            "instance claim", self.bootstrap, lambda: consumer.commit(offsets=[claim], asynchronous=False)
-        )
+        write_claim(self.settings.app_id, self.bootstrap, self.passthrough, self.owner)
 
     def check_owner(self) -> None:
-        """Raise FencedError when another instance claimed the app after this one."""
-        consumer = group_consumer(self.bootstrap, owner_group(self.settings.app_id), self.passthrough)
-        claim = [TopicPartition(progress_topic(self.settings.app_id), 0)]
-        found = with_retries("owner claim", self.bootstrap, lambda: consumer.committed(claim, timeout=30))
-        owner = found[0].metadata if found else None
-        if owner and owner != self.instance_id:
+        """Raise FencedError when the claim names another instance than this one."""
+        found = read_claim(self.settings.app_id, self.bootstrap, self.passthrough)
+        if found is not None and found[0].instance_id != self.instance_id:
             raise FencedError(
-                f"app {self.settings.app_id}: another instance ({owner}) took over; this one "
+                f"app {self.settings.app_id}: another instance ({describe(*found)}) took over; this one "
                 f"({self.instance_id}) stops"
             )
 
     def pool(self) -> list[str]:
-        """Every transactional id this job's sinks may use."""
-        ids: list[str] = []
+        """Every transactional id this job may use: its sink tasks' and its phase-two commits'."""
+        return [txn_id for txn_id, _ in self._pool()]
+
+    def _pool(self) -> list[tuple[str, KafkaSourceConfig | None]]:
+        """`(transactional id, the source whose cluster it lives on, None = the sinks' cluster)`."""
+        ids: list[tuple[str, KafkaSourceConfig | None]] = []
         for query, shape in self.shapes.items():
             if shape.mode == PARTITION_PRESERVING:
                 (source,) = self.query_sources(query)
@@ -289,27 +315,41 @@ class CheckpointCoordinator:
                     tps = resolver.topic_partitions()
                 finally:
                     resolver.close()
-                ids += [transactional_id(self.settings.app_id, query, f"{t}-{p}") for t, p in tps]
+                ids += [(transactional_id(self.settings.app_id, query, f"{t}-{p}"), None) for t, p in tps]
             else:
                 ids += [
-                    transactional_id(self.settings.app_id, query, str(p))
+                    (transactional_id(self.settings.app_id, query, str(p)), None)
                     for p in range(self.settings.sink_tasks)
                 ]
+                ids += [(self._phase_two_id(query, source), source) for source in self.query_sources(query)]
         return ids
 
+    def _phase_two_id(self, query: str, source: KafkaSourceConfig) -> str:
+        return transactional_id(self.settings.app_id, query, f"phase2-{source.name}")
+
     def _fence_pool(self) -> None:
-        for txn_id in self.pool():
-            producer = Producer(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "transactional.id": txn_id,
-                    "transaction.timeout.ms": str(self.settings.transaction_timeout_ms),
-                    "log_level": "3",
-                    **self.passthrough,
-                }
+        """`init_transactions` over the whole pool, in parallel: older holders are fenced and their open
+        transactions aborted. The phase-two producers are kept: this instance commits its epochs with them, and a
+        later instance's fencing makes an old one's phase two fail instead of moving offsets backwards."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def fence(entry: tuple[str, KafkaSourceConfig | None]) -> tuple[str, Producer]:
+            txn_id, source = entry
+            bootstrap = source.bootstrap_servers if source is not None else self.bootstrap
+            passthrough = source.passthrough if source is not None else self.passthrough
+            return txn_id, transactional_producer(
+                txn_id, bootstrap, self.settings.transaction_timeout_ms, passthrough
             )
-            producer.init_transactions(60)
-            producer.flush(5)
+
+        pool = self._pool()
+        with ThreadPoolExecutor(max_workers=min(8, max(1, len(pool)))) as workers:
+            fenced = dict(workers.map(fence, pool))
+        phase_two = {txn_id for txn_id, source in pool if source is not None}
+        for txn_id, producer in fenced.items():
+            if txn_id in phase_two:
+                self._phase_two[txn_id] = producer
+            else:
+                producer.flush(0)
 
     def output_partitions(self, sink: str) -> int | None:
         """Partition count of `sink`'s fixed topic (None when rows name their topic), looked up once."""
@@ -325,9 +365,14 @@ class CheckpointCoordinator:
         return self._partitions[sink]
 
     def close(self) -> None:
-        """End of the run: close the checkpoint history (its writer stays open while epochs are recorded)."""
+        """End of the run: close the checkpoint history (its writer stays open while epochs are recorded) and let
+        the phase-two producers go."""
         if self.history is not None:
             self.history.close()
+        producers, self._phase_two = list(self._phase_two.values()), {}
+        for producer in producers:
+            with contextlib.suppress(KafkaException):
+                producer.flush(0)
 
     # -- epochs --------------------------------------------------------------------------------------------------
     def writer(self, query: str) -> EpochWriter:
@@ -338,7 +383,14 @@ class CheckpointCoordinator:
         self, ends: list[dict[str, dict[str, int]]], checkpoint: str, epoch: int, query: str | None = None
     ) -> None:
         """Commit epoch end offsets to the group of each source `query` reads, with the epoch marker as metadata
-        (phase two)."""
+        (phase two). Under exactly-once each source's offsets are committed in a transaction of the query's
+        phase-two producer (fenced by any later instance's start, so a taken-over instance cannot move them
+        backwards); otherwise with a plain offset commit.
+
+        Raises:
+            FencedError: another instance fenced this one's phase-two producer.
+            KafkaConnectionError: the commit did not succeed within bounded retries.
+        """
         marker = EpochMarker(self.settings.app_id, checkpoint, epoch).render()
         candidates = self.query_sources(query) if query is not None else list(self.sources.values())
         for offsets in ends:
@@ -352,11 +404,63 @@ class CheckpointCoordinator:
                 if not tps:
                     continue
                 consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
+                producer = self._phase_two.get(self._phase_two_id(query, source)) if query else None
+                if producer is not None:
+                    self._commit_in_transaction(producer, consumer, tps, source)
+                    continue
                 with_retries(
                     f"offset commit for group {source.group}",
                     source.bootstrap_servers,
                     lambda c=consumer, o=tps: c.commit(offsets=o, asynchronous=False),  # type: ignore[misc]
                 )
+
+    def offsets_committed(
+        self, ends: list[dict[str, dict[str, int]]], checkpoint: str, epoch: int, query: str
+    ) -> bool:
+        """True when a source group of `query` holds a marker proving `epoch` of this checkpoint committed its
+        offsets (an at-most-once epoch being replayed)."""
+        for source in self.query_sources(query):
+            tps = [
+                TopicPartition(t, int(p))
+                for offsets in ends
+                for t, parts in offsets.items()
+                if self._reads(source, t)
+                for p in parts
+            ]
+            if not tps:
+                continue
+            consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
+            found = with_retries(
+                f"committed offsets of group {source.group}",
+                source.bootstrap_servers,
+                lambda c=consumer, q=tps: c.committed(q, timeout=30),  # type: ignore[misc]
+            )
+            for tp in found:
+                marker = EpochMarker.parse(tp.metadata)
+                if marker is not None and marker.covers(self.settings.app_id, checkpoint, epoch):
+                    return True
+        return False
+
+    def _commit_in_transaction(
+        self, producer: Producer, consumer: Any, tps: list[TopicPartition], source: KafkaSourceConfig
+    ) -> None:
+        def commit() -> None:
+            producer.begin_transaction()
+            try:
+                producer.send_offsets_to_transaction(tps, consumer.consumer_group_metadata(), 30)
+                producer.commit_transaction(30)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if error is not None and (error.fatal() or error.code() in _FENCED_CODES):
+                    raise FencedError(
+                        f"app {self.settings.app_id}: another instance took over (the phase-two commit for group "
+                        f"{source.group} was fenced); this one ({self.instance_id}) stops"
+                    ) from exc
+                with contextlib.suppress(KafkaException):
+                    producer.abort_transaction(30)
+                raise
+
+        with_retries(f"offset commit for group {source.group}", source.bootstrap_servers, commit, attempts=8)
 
     @staticmethod
     def _reads(source: KafkaSourceConfig, topic: str) -> bool:
@@ -436,8 +540,13 @@ class EpochWriter:
         self._task_rows = []
         try:
             if guarantee == AT_MOST_ONCE:
-                c.commit_source_offsets(ends, checkpoint, batch_id, self.sink)
-                written = self.plain.write(batch, batch_id)
+                # Offsets first, output after: a replayed epoch whose offsets were committed (its output may have
+                # been written before the crash) writes nothing, so nothing is ever written twice.
+                if c.offsets_committed(ends, checkpoint, batch_id, self.sink):
+                    written, skipped = 0, 1
+                else:
+                    c.commit_source_offsets(ends, checkpoint, batch_id, self.sink)
+                    written = self.plain.write(batch, batch_id)
                 mode = AT_MOST_ONCE
             elif guarantee == AT_LEAST_ONCE:
                 written = self.plain.write(batch, batch_id)
@@ -519,9 +628,7 @@ class EpochWriter:
             previous = []
         if epoch == 0:
             for source in self.coordinator.query_sources(self.sink):
-                pinned = Path(
-                    f"{source.checkpoint_location}/ethereal-kafka/initial-offsets-{source.name}.json"
-                )
+                pinned = Path(f"{source.checkpoint_location}/ethereal-kafka/{initial_offsets_file(source)}")
                 if source.checkpoint_location and pinned.exists():
                     previous.append(json.loads(pinned.read_text(encoding="utf-8")))
         for offsets in previous:
@@ -602,6 +709,11 @@ class EpochWriter:
         return out
 
 
+#: Columns giving a row's place in its key's order, best first: a framework operator's emission sequence, the
+#: source position a DataStream element carries, or a DataFrame's `offset` column.
+_POSITIONS: tuple[tuple[str, ...], ...] = (("__seq",), ("__part", "__off"), ("offset",))
+
+
 def _hash_partitioned(batch: DataFrame, tasks: int, sinks: list[tuple[str, int | None]]) -> DataFrame:
     """Rows over exactly `tasks` Spark partitions, sorted inside each, so what reaches sink task p on a replay is
     what reached it the first time, in the same order.
@@ -642,4 +754,9 @@ def _hash_partitioned(batch: DataFrame, tasks: int, sinks: list[tuple[str, int |
     else:
         by = [key_column if key_column in frame.columns else orderable[0]]
     first = [c for c in by if c in orderable]
-    return frame.repartition(tasks, *by).sortWithinPartitions(*first, *[c for c in orderable if c not in by])
+    # Within a key, rows keep the order they were emitted or read in (a framework operator's `__seq`, else the
+    # source position), not the order of their values; the other columns only break ties, for determinism.
+    key_first = [c for c in (key_column,) if c in orderable and c not in first]
+    position = next((cols for cols in _POSITIONS if all(c in orderable for c in cols)), ())
+    then = [*first, *key_first, *[c for c in position if c not in first]]
+    return frame.repartition(tasks, *by).sortWithinPartitions(*then, *[c for c in orderable if c not in then])

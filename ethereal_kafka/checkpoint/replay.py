@@ -39,10 +39,11 @@ from confluent_kafka import KafkaError, TopicPartition
 from ethereal_kafka.checkpoint.apps import RunRecord, local_path
 from ethereal_kafka.checkpoint.errors import AppRunningError, RecoveryError, ReplayError
 from ethereal_kafka.checkpoint.group_offsets import CommittedOffset, progress_queries, source_offsets
+from ethereal_kafka.checkpoint.ownership import LEASE_S
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import admin_client, group_consumer, with_retries
 from ethereal_kafka.connectors.kafka.epoch_write import progress_topic
-from ethereal_kafka.connectors.kafka.markers import ReplayMarker
+from ethereal_kafka.connectors.kafka.markers import OwnerClaim, ReplayMarker
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
 
 log = logging.getLogger(__name__)
@@ -213,21 +214,29 @@ def check_stopped(app_id: str, record: RunRecord | None, claim: CommittedOffset 
     """Refuse when the app may be running on another host. Call while holding `exclusive_run_lock`.
 
     The lock proves that no instance runs on this host. The owner claim (group `{app}.ethereal-owner`) names the
-    last instance that started anywhere; if this host's run record names that same instance, it ran here, so the
-    lock proves it stopped. A claim by an instance this host did not start cannot be checked from here.
+    last instance that started anywhere, its host and its last heartbeat (`checkpoint.ownership`): a claim that
+    was released, that comes from this host (whose lock proves it stopped), or whose heartbeat lapsed is no
+    obstacle.
 
     Raises:
-        AppRunningError: the last claim belongs to an instance that did not start on this host, and not `force`.
+        AppRunningError: the claim belongs to a live instance on another host, and not `force`.
     """
     if force or claim is None:
         return
-    here = socket.gethostname()
-    if record is not None and record.instance_id == claim.metadata and record.host == here:
+    owner = OwnerClaim.parse(claim.metadata)
+    if owner is None or owner.released:
         return
+    here = socket.gethostname()
+    if (
+        record is not None and record.instance_id == owner.instance_id and record.host == here
+    ) or owner.host == here:
+        return
+    if time.time() * 1000 - (claim.offset or 0) > LEASE_S * 1000:
+        return  # its heartbeat lapsed: it is gone
     when = _utc(claim.offset or 0)
     raise AppRunningError(
-        f"app {app_id} was last claimed by instance {claim.metadata} at {when}, which did not start on this host "
-        f"({here}), so this host cannot tell whether it still runs; make sure it is stopped and pass --force"
+        f"app {app_id} is claimed by instance {owner.instance_id} on host {owner.host or '?'}, whose last "
+        f"heartbeat was at {when}: it may still run there; stop it (or make sure it stopped) and pass --force"
     )
 
 

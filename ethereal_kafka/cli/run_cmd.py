@@ -14,6 +14,11 @@ def register(sub: Any) -> None:
         "--available-now", action="store_true", help="process what the input topics hold now, then exit"
     )
     parser.add_argument(
+        "--takeover",
+        action="store_true",
+        help="if the app runs elsewhere, ask that instance to stop between epochs and take over (else: refused)",
+    )
+    parser.add_argument(
         "--log-dir",
         default=None,
         help="folder for the full logs (Spark's and the framework's); default <tmp>/ethereal-kafka/<app.id>",
@@ -25,4 +30,4 @@ def run(args: argparse.Namespace) -> int:
     """Run the job; a fatal error becomes a one-line `error: ...` through the CLI's error handling."""
     from ethereal_kafka.runtime.runner import run as run_job
 
-    return run_job(args.job, available_now=args.available_now, log_dir=args.log_dir)
+    return run_job(args.job, available_now=args.available_now, log_dir=args.log_dir, takeover=args.takeover)

@@ -59,3 +59,20 @@ def classify(frame: DataFrame) -> QueryShape:
     sources = max(1, sum(1 for n in names if _SOURCE.match(n)))
     mode = PARTITION_PRESERVING if not stateful and not shuffles and sources == 1 else SHUFFLING
     return QueryShape(mode, stateful, sources, watermarked="EventTimeWatermark" in names)
+
+
+def sources_read(frame: DataFrame) -> set[str]:
+    """The names of the ethereal-kafka sources a streaming DataFrame reads (the `name` option of each source
+    relation in its analyzed plan); no data is read."""
+    leaves = frame._jdf.queryExecution().analyzed().collectLeaves()
+    names = set()
+    for i in range(leaves.size()):
+        leaf = leaves.apply(i)
+        try:
+            options = leaf.extraOptions()
+        except Exception:  # a leaf that is not a streaming source relation (a static table, a local relation)
+            continue
+        name = options.get("name")
+        if name is not None:
+            names.add(str(name))
+    return names

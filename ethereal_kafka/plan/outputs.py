@@ -21,7 +21,17 @@ from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN
 from ethereal_kafka.plan.pyfuncs import PyStage, UserFunctionError
-from ethereal_kafka.plan.schema import KEY, SEQ, TAG, arrow_of, arrow_struct, side_column, spark_struct
+from ethereal_kafka.plan.schema import (
+    KEY,
+    OFFSET,
+    PART,
+    SEQ,
+    TAG,
+    arrow_of,
+    arrow_struct,
+    side_column,
+    spark_struct,
+)
 from ethereal_kafka.plan.stream import Stream
 
 if TYPE_CHECKING:
@@ -46,8 +56,7 @@ def bind_sinks(ctx: CompileContext, plan: QueryPlan) -> tuple[DataFrame, tuple[K
         if stream.tags:
             stream = main_output(stream)
         key, value = record_columns(stream.frame, stream.fields, configs[0], sink.label)
-        order = [F.col(SEQ)] if SEQ in stream.frame.columns else []
-        frame = stream.frame.select(key.alias("__k0"), *order, value.alias("__v0"))
+        frame = stream.frame.select(key.alias("__k0"), *_order(stream.frame), value.alias("__v0"))
         return frame, (_columns(configs[0], 0),)
     fork = ctx.compile(plan.fork)
     fanned = _fan_out(fork, plan.branches)
@@ -58,9 +67,18 @@ def bind_sinks(ctx: CompileContext, plan: QueryPlan) -> tuple[DataFrame, tuple[K
         keys.append(key.alias(f"__k{i}"))
         values.append(value.alias(f"__v{i}"))
     # Column order is the order the exactly-once sink sorts a task's records by: sink, keys, emission, values.
-    order = [F.col(SEQ)] if SEQ in fanned.columns else []
-    frame = fanned.select(F.col(SINK_INDEX_COLUMN), *keys, *order, *values)
+    frame = fanned.select(F.col(SINK_INDEX_COLUMN), *keys, *_order(fanned), *values)
     return frame, tuple(_columns(c, i) for i, c in enumerate(configs))
+
+
+def _order(frame: DataFrame) -> list[Column]:
+    """The columns that keep a key's records in order through the exactly-once sink's sort: the operator's
+    emission sequence, else the element's source position (partition, offset)."""
+    from pyspark.sql import functions as F
+
+    if SEQ in frame.columns:
+        return [F.col(SEQ)]
+    return [F.col(c) for c in (PART, OFFSET)] if {PART, OFFSET} <= set(frame.columns) else []
 
 
 def main_output(stream: Stream) -> Stream:

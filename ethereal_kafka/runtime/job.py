@@ -44,6 +44,8 @@ class RunningJob:
 
     queries: dict[str, StreamingQuery]
     description: RunDescription | None = None
+    #: Released by `stop()` when the job took the app itself (`runner.start` without a guard).
+    release: Callable[[], None] | None = None
     autoscaler: Any = None
 
     def close(self) -> None:
@@ -60,6 +62,11 @@ class RunningJob:
                 query.awaitTermination(int(timeout_s))
 
     def stop(self) -> None:
-        """Stop every query (the current epoch is interrupted; Spark replays it on restart)."""
-        for query in self.queries.values():
-            query.stop()
+        """Stop every query (the current epoch is interrupted; Spark replays it on restart), then let the app go
+        when this job took it itself."""
+        try:
+            for query in self.queries.values():
+                query.stop()
+        finally:
+            if self.release is not None:
+                self.release()

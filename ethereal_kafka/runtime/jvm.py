@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from ethereal_kafka.broker.jars import cache_home
@@ -30,6 +30,8 @@ from ethereal_kafka.errors import SparkSetupError
 log = logging.getLogger(__name__)
 
 OPTIONS_KEY = "spark.driver.extraJavaOptions"
+#: Archives kept in the cache (each virtualenv has its own Spark classpath, hence its own archive of ~180 MB).
+KEEP_ARCHIVES = 3
 #: Set to `0` to start sessions without the archive (to compare, or to rule it out).
 ENV_SWITCH = "ETHEREAL_KAFKA_SPARK_CDS"
 
@@ -76,7 +78,8 @@ def with_archive(conf: Mapping[str, str]) -> dict[str, str]:
 
 
 def build_archive(timeout_s: float = 600.0) -> Path:
-    """Create the archive (replacing an older one for the same Java and Spark): run `_workload` in a child Python
+    """Create the archive (replacing an older one for the same Java and Spark): run `jvm_archive.workload` in a child
+    Python
     whose driver JVM dumps the classes it loaded when it exits; returns the archive's path.
 
     Raises:
@@ -91,7 +94,7 @@ def build_archive(timeout_s: float = 600.0) -> Path:
     began = time.monotonic()
     env = {**os.environ, ENV_SWITCH: "0"}
     done = subprocess.run(
-        [sys.executable, "-m", "ethereal_kafka.runtime.jvm", str(partial)],
+        [sys.executable, "-m", "ethereal_kafka.runtime.jvm_archive", str(partial)],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -103,6 +106,7 @@ def build_archive(timeout_s: float = 600.0) -> Path:
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
         raise SparkSetupError(f"building the Spark class archive failed: {last[0]}")
     os.replace(partial, target)
+    _prune(target.parent, keep=target)
     log.info(
         "Spark class archive %s (%.0f MB) in %.1fs",
         target,
@@ -112,72 +116,11 @@ def build_archive(timeout_s: float = 600.0) -> Path:
     return target
 
 
-def _workload(dump_to: str) -> None:
-    """What the archive is made from: a local session running the kinds of queries jobs run (a Python streaming
-    source, a watermarked aggregation on the RocksDB state store, a Python `mapInArrow` stage, `foreachBatch`)."""
-    import tempfile
-
-    from pyspark import SparkContext
-    from pyspark.sql import functions as F
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-
-    from ethereal_kafka.runtime.spark import local_session
-
-    class Numbers(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "ethereal-kafka-warmup"
-
-        def schema(self) -> str:
-            return "n long, ts timestamp"
-
-        def streamReader(self, schema: object) -> DataSourceStreamReader:
-            return NumbersReader()
-
-    class NumbersReader(DataSourceStreamReader):
-        def initialOffset(self) -> dict[str, int]:
-            return {"n": 0}
-
-        def latestOffset(self, start: dict[str, int], limit: object) -> dict[str, int]:
-            return {"n": 300}
-
-        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-            return [InputPartition((start["n"], end["n"]))]
-
-        def read(self, partition: InputPartition) -> Iterator[tuple[int, object]]:
-            import datetime
-
-            low, high = partition.value
-            for n in range(low, high):
-                yield (n, datetime.datetime.fromtimestamp(n, tz=datetime.UTC))
-
-    spark = local_session("ethereal-kafka-warmup", conf={OPTIONS_KEY: f"-XX:ArchiveClassesAtExit={dump_to}"})
-    spark.dataSource.register(Numbers)
-    gateway = SparkContext._gateway
-    with tempfile.TemporaryDirectory() as scratch:
-        frame = spark.readStream.format("ethereal-kafka-warmup").load()
-        counts = (
-            frame.withWatermark("ts", "10 seconds")
-            .groupBy(F.window("ts", "5 seconds"))
-            .agg(F.count("n").alias("c"), F.sum("n").alias("s"))
-        )
-        doubled = counts.mapInArrow(lambda batches: iter(list(batches)), counts.schema)
-        seen: list[int] = []
-        query = (
-            doubled.writeStream.foreachBatch(lambda df, _epoch: seen.append(len(df.collect())))
-            .option("checkpointLocation", f"{scratch}/ckpt")
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(300)
-        spark.range(1000).selectExpr("id % 7 as k").groupBy("k").count().collect()
-    proc = getattr(gateway, "proc", None)
-    spark.stop()
-    if proc is not None:  # the JVM writes the archive as it exits: wait for it
-        if proc.stdin is not None:
-            proc.stdin.close()
-        proc.wait(timeout=300)
-
-
-if __name__ == "__main__":  # pragma: no cover - run by build_archive in a child process
-    _workload(sys.argv[1])
+def _prune(folder: Path, keep: Path) -> None:
+    """Remove all but the `KEEP_ARCHIVES` newest archives (always keeping `keep`) and stale partial files."""
+    archives = sorted(folder.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in [a for a in archives if a != keep][KEEP_ARCHIVES - 1 :]:
+        old.unlink(missing_ok=True)
+    for partial in folder.glob("*.partial"):
+        if time.time() - partial.stat().st_mtime > 3600:
+            partial.unlink(missing_ok=True)

@@ -59,6 +59,7 @@ class StopReport:
         last: The last finished epoch of each query.
         interrupted: `{query: epoch}` of the epochs a forced stop interrupted.
         refused: `(query, epoch)` of the epochs Spark had planned but the closed gate refused.
+        taken_over_by: The instance that took the app over (`run --takeover`), when that ended the run.
     """
 
     how: str
@@ -68,6 +69,7 @@ class StopReport:
     last: dict[str, EpochOutcome] = field(default_factory=dict)
     interrupted: dict[str, int] = field(default_factory=dict)
     refused: list[tuple[str, int]] = field(default_factory=list)
+    taken_over_by: str | None = None
 
     def line(self) -> str:
         """The one-line summary the runner logs last (tests and operators grep it)."""
@@ -88,6 +90,8 @@ class StopReport:
         if self.refused:
             epochs = ", ".join(f"{q} epoch {e}" for q, e in sorted(set(self.refused)))
             text += f"; not started: {epochs} (replayed at the next start)"
+        if self.taken_over_by:
+            text += f"; handed over to {self.taken_over_by}"
         return text
 
 
@@ -127,6 +131,10 @@ class JobLifecycle:
     def install_signal_handlers(self) -> None:
         """Handle SIGTERM and SIGINT until `restore_signal_handlers()`.
 
+        Call it again once the SparkContext is up: PySpark installs its own SIGINT handler (which cancels every
+        job and raises KeyboardInterrupt into py4j calls) when the context starts. Calling again re-asserts this
+        lifecycle's handlers and keeps the handlers of the first call for `restore_signal_handlers()`.
+
         Python only lets the main thread install handlers; from another thread (a job run inside a larger program)
         this does nothing, and `request_stop()` is the way to stop the job.
         """
@@ -134,7 +142,8 @@ class JobLifecycle:
             log.debug("not the main thread: SIGTERM/SIGINT keep their handlers; use request_stop()")
             return
         for signum in (signal.SIGTERM, signal.SIGINT):
-            self._previous[signum] = signal.signal(signum, self._on_signal)
+            previous = signal.signal(signum, self._on_signal)
+            self._previous.setdefault(signum, previous)
 
     def restore_signal_handlers(self) -> None:
         """Put back the handlers `install_signal_handlers` replaced."""

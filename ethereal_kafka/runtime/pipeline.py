@@ -15,6 +15,7 @@ pipeline over views named after the sources.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob
 from ethereal_kafka.errors import ConfigError
-from ethereal_kafka.plan.classify import classify
+from ethereal_kafka.plan.classify import classify, sources_read
 from ethereal_kafka.runtime.transform import dataframe_pipeline
 
 if TYPE_CHECKING:
@@ -139,8 +140,68 @@ def build_pipeline(
             graph, plan_queries(graph, dict(sources)), sources, loaded.sinks, guarantee, loaded.tables
         )
         return BuiltPipeline(builds, with_query_shapes(plan, _shapes(builds)))
-    frames = {name: source_frame(spark, conf) for name, conf in sources.items()}
-    outputs: Any = function(frames)
+    builds = _dataframe_queries(spark, loaded, sources, function)
+    what = loaded.job.pipeline or "transform.sql"
+    plan = describe_dataframe(
+        [(b.name, [s.name for s in b.sinks], [s.name for s in b.sources]) for b in builds],
+        sources,
+        loaded.sinks,
+        guarantee,
+        what,
+    )
+    return BuiltPipeline(builds, with_query_shapes(plan, _shapes(builds)))
+
+
+def _dataframe_queries(
+    spark: SparkSession, loaded: LoadedJob, sources: Mapping[str, KafkaSourceConfig], function: Any
+) -> list[QueryBuild]:
+    """One query per sink of a DataFrame pipeline, each with the sources it reads as it reads them.
+
+    As for DataStream pipelines, a source read by several queries is read by each with its own consumer group
+    (`<group>.<query>`): their committed offsets and epoch markers would otherwise overwrite each other, and a
+    replayed epoch could find another query's marker and write its output again. The pipeline function is then
+    called once per query, with that query's frames, and only its output for that query is kept.
+
+    Raises:
+        ConfigError: the function returns something other than DataFrames, or its outputs do not match the sinks.
+    """
+    outputs = _outputs(loaded, function({name: source_frame(spark, conf) for name, conf in sources.items()}))
+    reads = {name: sorted(sources_read(frame) & set(sources)) for name, frame in outputs.items()}
+    readers: dict[str, int] = {}
+    for names in reads.values():
+        for source in names:
+            readers[source] = readers.get(source, 0) + 1
+    builds = []
+    for name, frame in outputs.items():
+        own = {
+            source: dataclasses.replace(conf, group_id=f"{conf.group}.{name}")
+            if readers.get(source, 0) > 1
+            else conf
+            for source, conf in sources.items()
+        }
+        if own != dict(sources):
+            frame = _outputs(loaded, function({s: source_frame(spark, c) for s, c in own.items()}))[name]
+        shape = classify(frame)
+        builds.append(
+            QueryBuild(
+                name,
+                frame,
+                (loaded.sinks[name],),
+                shape.output_mode(loaded.job.output_mode),
+                shape.mode,
+                shape.stateful,
+                tuple(own[s] for s in reads[name]),
+            )
+        )
+    return builds
+
+
+def _outputs(loaded: LoadedJob, outputs: Any) -> dict[str, DataFrame]:
+    """A DataFrame pipeline's outputs per sink name (one DataFrame is the only sink's).
+
+    Raises:
+        ConfigError: one DataFrame for several sinks, or outputs that do not match the job's sinks.
+    """
     if not isinstance(outputs, Mapping):
         if len(loaded.sinks) != 1:
             raise ConfigError(
@@ -153,28 +214,7 @@ def build_pipeline(
         raise ConfigError(
             f"pipeline outputs {sorted(outputs)} do not match the job's sinks {sorted(loaded.sinks)}"
         )
-    builds = []
-    for name, frame in outputs.items():
-        shape = classify(frame)
-        builds.append(
-            QueryBuild(
-                name,
-                frame,
-                (loaded.sinks[name],),
-                shape.output_mode(loaded.job.output_mode),
-                shape.mode,
-                shape.stateful,
-            )
-        )
-    what = loaded.job.pipeline or "transform.sql"
-    plan = describe_dataframe(
-        [(b.name, [s.name for s in b.sinks], [s.name for s in b.sources]) for b in builds],
-        sources,
-        loaded.sinks,
-        guarantee,
-        what,
-    )
-    return BuiltPipeline(builds, with_query_shapes(plan, _shapes(builds)))
+    return dict(outputs)
 
 
 def _shapes(builds: list[QueryBuild]) -> dict[str, dict[str, Any]]:

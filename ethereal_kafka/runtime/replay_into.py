@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ethereal_kafka.checkpoint.apps import app_dir, release_run_lock
+from ethereal_kafka.checkpoint.apps import app_dir
 from ethereal_kafka.checkpoint.errors import ReplayError
 from ethereal_kafka.checkpoint.group_offsets import progress_queries
 from ethereal_kafka.checkpoint.history import HistoryError, HistoryLog
@@ -109,10 +109,12 @@ def replay_into(loaded: LoadedJob, starts: Mapping[str, str], topic: str) -> Int
         )
         try:
             running, _ = start(spark, job, available_now=True)
-            running.await_termination()
+            try:
+                running.await_termination()
+            finally:
+                running.stop()  # lets the replay app go (its run lock and claim)
         finally:
             spark.stop()
-            release_run_lock(replay_app)
     records, epochs = _committed(replay_app)
     return IntoOutcome(replay_app, topic, records, epochs, _clean_up(job))
 

@@ -17,14 +17,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ethereal_kafka.checkpoint.apps import hold_run_lock, record_run
+from ethereal_kafka.checkpoint.apps import record_run
 from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, QuerySinks
 from ethereal_kafka.checkpoint.history import HistoryLog
+from ethereal_kafka.checkpoint.ownership import InstanceGuard
 from ethereal_kafka.checkpoint.replay import take_replay_intent
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.connectors.kafka.clients import close_cached_clients
+from ethereal_kafka.connectors.kafka.epoch_bounds import default_bounds
 from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.runtime.admission import EpochSizer, sized_source
 from ethereal_kafka.runtime.autoscaler import open_autoscaler
@@ -61,17 +63,24 @@ class RunObserver(Protocol):
 def job_sources(
     loaded: LoadedJob, fresh: bool, replay_starts: Mapping[str, str] | None = None
 ) -> dict[str, KafkaSourceConfig]:
-    """The job's sources as they run: group.id defaults to app.id, initial offsets pinned in the checkpoint, and,
+    """The job's sources as they run: group.id defaults to app.id, initial offsets pinned in the checkpoint, epochs
+    bounded under exactly-once (`epoch_bounds.default_bounds` where a bound is left at 0) and sized within those
+    bounds with `epoch.sizing=adaptive` (`runtime.admission.sized_source`), and,
     when the checkpoint is fresh, the start positions `ethereal-kafka replay` left (`replay_starts`, per source) or
     else `replay.from` applied."""
     out = {}
+    exactly_once = loaded.job.delivery_guarantee == "exactly-once"
+    max_records, max_bytes = default_bounds(loaded.job.transaction_timeout_ms, loaded.job.trigger_interval_ms)
     for name, conf in loaded.sources.items():
-        changes: dict[str, object] = {
-            "checkpoint_location": f"{loaded.job.checkpoint_location}/sources",
-            **sized_source(loaded.job, conf),
-        }
+        changes: dict[str, object] = {"checkpoint_location": f"{loaded.job.checkpoint_location}/sources"}
         if conf.group_id is None:
             changes["group_id"] = loaded.job.app_id
+        if exactly_once and conf.max_records_per_epoch == 0:
+            changes["max_records_per_epoch"] = max_records
+        if exactly_once and conf.max_bytes_per_epoch == 0:
+            changes["max_bytes_per_epoch"] = max_bytes
+        # Adaptive sizing stays within the bounds (the transaction timeout's, under exactly-once).
+        changes.update(sized_source(loaded.job, dataclasses.replace(conf, **changes)))  # type: ignore[arg-type]
         if fresh and replay_starts and name in replay_starts:
             changes["starting_offsets"] = replay_starts[name]
         elif fresh and loaded.job.replay_from:
@@ -96,17 +105,66 @@ def start(
     metrics: RunMetrics | None = None,
     observers: Sequence[RunObserver] = (),
     log_dir: str | Path | None = None,
+    guard: InstanceGuard | None = None,
 ) -> tuple[RunningJob, CheckpointCoordinator]:
     """Build the job's queries under a coordinator and start them (`graph_builder`: see `build_queries`; `metrics`
     and `observers` watch the coordinator from before the first epoch). The run's description (its plan and
     masked configuration, `runtime.description`) is recorded for the app and handed to the observers; the
     returned job carries it too (`log_dir`: the run's log folder, shown with it). With adaptive epoch sizing the
     epoch sizer posts each source's first budget before the queries start; with an `autoscale.policy` the
-    autoscaler places the executors before and evaluates once they run (`RunningJob.close()` stops it)."""
+    autoscaler places the executors before and evaluates once they run (`RunningJob.close()` stops it).
+
+    `guard` is this instance's hold on the app (`checkpoint.ownership`), acquired by the caller; without one the
+    job takes the app itself (refusing when another instance runs it) and lets it go when the job is stopped.
+
+    Raises:
+        AppRunningError: (without `guard`) another instance runs the app.
+    """
+    own = guard is None
+    if guard is None:
+        guard = own_app(loaded)
+    try:
+        return _start(spark, loaded, guard, own, available_now, graph_builder, metrics, observers, log_dir)
+    except BaseException:
+        if own:
+            guard.release()
+        raise
+
+
+def own_app(loaded: LoadedJob, takeover: bool = False) -> InstanceGuard:
+    """Take the app for a new instance of this job (`InstanceGuard.acquire`) and return its guard.
+
+    Raises:
+        AppRunningError: another instance runs the app (and `takeover` was not asked for, or it did not hand over).
+    """
+    import uuid
+
+    sink = next(iter(loaded.sinks.values()))
     job = loaded.job
-    # Held (shared) until the process ends: `ethereal-kafka replay` refuses while any instance holds it, and cannot
-    # change the checkpoint between this look at it and the start (see checkpoint.apps).
-    hold_run_lock(job.app_id)
+    guard = InstanceGuard(
+        job.app_id,
+        sink.bootstrap_servers,
+        sink.passthrough,
+        uuid.uuid4().hex[:16],
+        takeover=takeover,
+        wait_s=job.shutdown_timeout_ms / 1000 + 60,
+    )
+    guard.acquire()
+    return guard
+
+
+def _start(
+    spark: SparkSession,
+    loaded: LoadedJob,
+    guard: InstanceGuard,
+    own: bool,
+    available_now: bool,
+    graph_builder: GraphBuilder | None,
+    metrics: RunMetrics | None,
+    observers: Sequence[RunObserver],
+    log_dir: str | Path | None,
+) -> tuple[RunningJob, CheckpointCoordinator]:
+    job = loaded.job
     fresh = not checkpoint_has_progress(job.checkpoint_location)
     # A replay leaves its start positions in the checkpoint root; they apply while the checkpoint is fresh.
     replay_starts = take_replay_intent(job.checkpoint_location, job.app_id, fresh)
@@ -127,6 +185,7 @@ def start(
         sources,
         loaded.sinks,
         history,
+        owner=guard.claim,
     )
     groups: dict[str, list[str]] = {}
     for build in builds:
@@ -174,7 +233,9 @@ def start(
             wait_initialized(queries[build.name])
     if autoscaler is not None:
         autoscaler.start()
-    return RunningJob(queries, description, autoscaler), coordinator
+    return RunningJob(
+        queries, description, release=guard.release if own else None, autoscaler=autoscaler
+    ), coordinator
 
 
 def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
@@ -211,13 +272,17 @@ def execute(
     available_now: bool = False,
     graph_builder: GraphBuilder | None = None,
     log_dir: str | Path | None = None,
+    guard: InstanceGuard | None = None,
 ) -> StopReport:
     """Run `loaded` on `spark` under `lifecycle` until it stops; the session is left running.
 
     Called by `run` (which owns the session) and by the test kit's in-process runner (which shares one session
-    between jobs). The job's metrics are closed before it returns; its queries have stopped.
+    between jobs). `guard` is this instance's hold on the app, taken before Spark started (`own_app`); without one
+    it is taken here. The job's metrics are closed and the app is let go before it returns; its queries have
+    stopped. While it runs, a `run --takeover` elsewhere stops it between epochs (the report says so).
 
     Raises:
+        AppRunningError: (without `guard`) another instance runs the app.
         EtherealKafkaError: the coordinator refused to start or a query failed (`JobFailedError`); one line.
     """
     job = loaded.job
@@ -225,18 +290,23 @@ def execute(
     ui: Any = None
     running: RunningJob | None = None
     coordinator: CheckpointCoordinator | None = None
+    guard = guard or own_app(loaded)
     try:
         log.info("job %s starting on %s", job.app_id, spark.sparkContext.master)
         metrics = open_metrics(spark, loaded)
         ui = open_ui(loaded, metrics)
         observers = [ui] if ui is not None else []
         running, coordinator = start(
-            spark, loaded, available_now, graph_builder, metrics, observers, log_dir=log_dir
+            spark, loaded, available_now, graph_builder, metrics, observers, log_dir=log_dir, guard=guard
         )
+        guard.watch(lifecycle.request_stop)
         metrics.start_progress()
         lifecycle.attach(running, coordinator.gate)
         log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
-        return lifecycle.wait()
+        report = lifecycle.wait()
+        if guard.taken_over_by is not None:
+            report = dataclasses.replace(report, taken_over_by=guard.taken_over_by)
+        return report
     except EtherealKafkaError:
         log.debug("job %s failed", job.app_id, exc_info=True)
         raise
@@ -251,6 +321,7 @@ def execute(
         metrics.close()
         if coordinator is not None:
             coordinator.close()
+        guard.release()
 
 
 def run(
@@ -258,6 +329,7 @@ def run(
     available_now: bool = False,
     graph_builder: GraphBuilder | None = None,
     log_dir: str | Path | None = None,
+    takeover: bool = False,
 ) -> int:
     """Run a job file until stopped (or until the input is consumed with `available_now`); returns the exit code.
 
@@ -265,9 +337,13 @@ def run(
     between epochs (`runtime.lifecycle`) and 0 is returned; the last log line says how it stopped. Logs go to stderr
     (short) and to `log_dir` (full; default `runtime.logs.default_log_dir`).
 
+    One instance runs an app at a time: another running instance makes this one refuse before Spark starts, unless
+    `takeover` asks that instance to stop between epochs and hand over (`checkpoint.ownership`).
+
     Raises:
-        EtherealKafkaError: the job file is invalid or the coordinator refuses to start (`ConfigError`,
-            `RecoveryError`, ...), or a query failed (`JobFailedError`); each message is one line.
+        EtherealKafkaError: the job file is invalid, another instance runs the app (`AppRunningError`), the
+            coordinator refuses to start (`ConfigError`, `RecoveryError`, ...), or a query failed
+            (`JobFailedError`); each message is one line.
     """
     from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
 
@@ -277,19 +353,25 @@ def run(
     configure_python_logging(logs)
     lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
     lifecycle.stop_when_drained = available_now
+    # Before Spark starts (and before the signal handlers): a refusal costs a second, not a session.
+    guard = own_app(loaded, takeover)
     lifecycle.install_signal_handlers()
     try:
         spark = local_session(
             f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=job_spark_conf(loaded)
         )
+        lifecycle.install_signal_handlers()  # again: PySpark replaced our SIGINT handler as the context started
         try:
             if not launched_by_spark_submit():
                 route_spark_logs(spark, logs)
             log.info("job %s logs: %s", job.app_id, logs)
-            report = execute(spark, loaded, lifecycle, available_now, graph_builder, log_dir=logs)
+            report = execute(
+                spark, loaded, lifecycle, available_now, graph_builder, log_dir=logs, guard=guard
+            )
         finally:
             stop_session(spark)
     finally:
+        guard.release()
         lifecycle.restore_signal_handlers()
     log.info("%s", report.line())
     return 0

@@ -75,7 +75,7 @@ def run_with_kills(
     env: Mapping[str, str] | None = None,
     timeout_s: float = 900.0,
     log: Path | None = None,
-    epochs_before_kill: tuple[int, int] = (0, 2),
+    epochs_before_kill: tuple[int, int] = (0, 1),
     first_commit_timeout_s: float = 240.0,
 ) -> CrashRun:
     """Run `ethereal-kafka run JOB --available-now` until it exits 0, SIGKILLing each of the first `kills` runs

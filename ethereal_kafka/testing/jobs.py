@@ -20,8 +20,8 @@ What differs from `ethereal-kafka run` (and why it does not matter to what a tes
   the SparkContext's `environment`, which Spark hands to the Python functions it creates while the job's queries
   are built (such functions get workers of their own); the driver-side `os.environ` is set for the run as well.
 - Signal handlers are not installed; `timeout_s` forces a stop instead (and the run then fails).
-- The app's run lock is released when the run ends, so a later `ethereal-kafka replay` in the same test is not
-  refused by the test process itself.
+- The app is let go when the run ends (its run lock and owner claim), as a stopping `ethereal-kafka run` does, so a
+  later run or `ethereal-kafka replay` in the same test is not refused by the test process itself.
 """
 
 from __future__ import annotations
@@ -101,7 +101,6 @@ def run_in_process(
         InProcessRunError: with `check`, the run failed or timed out.
         ConfigError: the job file is invalid, or names a static Spark setting (run it as a subprocess).
     """
-    from ethereal_kafka.checkpoint.apps import release_run_lock
     from ethereal_kafka.config.job import load_job
     from ethereal_kafka.runtime.lifecycle import JobLifecycle
     from ethereal_kafka.runtime.logs import default_log_dir
@@ -145,7 +144,6 @@ def run_in_process(
             watchdog.cancel()
             _stop_queries_of(spark, job.app_id)
             close_clients()
-            release_run_lock(job.app_id)
     if timed_out.is_set() and error is None:
         error = InProcessRunError(f"job {job.app_id} did not finish within {timeout_s:.0f}s")
     run = JobRun(job.app_id, report, error, time.monotonic() - began)

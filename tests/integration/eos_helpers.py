@@ -85,6 +85,38 @@ def per_key_order_kept(records: list[ReadRecord]) -> bool:
     return True
 
 
+def group_offsets(
+    bootstrap: str, group: str, topic: str, partitions: int
+) -> dict[int, tuple[int, str | None]]:
+    """`{partition: (committed offset, metadata)}` of `group` on `topic` (stable reads)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "log_level": 3,
+        }
+    )
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        return {tp.partition: (tp.offset, tp.metadata) for tp in found}
+    finally:
+        consumer.close()
+
+
+def drop_last_commit(query_checkpoint: Path) -> int:
+    """Remove the last entry of a query's Spark commit log (and its checksum): the state a crash leaves between the
+    Kafka commit of an epoch and Spark's; the next run replays that epoch. Returns the epoch."""
+    commits = sorted((query_checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert len(commits) >= 2, f"{query_checkpoint}: several epochs expected"
+    last = commits[-1]
+    last.unlink()
+    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+    return int(last.name)
+
+
 def check_running_totals(bootstrap: str, topic: str, inputs: list[tuple[bytes, bytes]]) -> str:
     """Assert that the committed output of `eos.running_total` over `inputs` is exact: no (key, count) update twice,
     every total right, every key's last update there; returns `records=N duplicates=0 lost=0`."""

@@ -74,3 +74,12 @@ def running_counts(env: StreamExecutionEnvironment) -> None:
         .aggregate(_Count(), output_type="rev long, n long")
         .sink_to("counts")
     )
+
+
+def union_in_input_order(env: StreamExecutionEnvironment) -> None:
+    """Two sources unioned (a shuffling query without state): each key's records must leave in input order,
+    although their first field (`rank`) decreases, so sorting records by content would reverse them."""
+    fields = "rank long, user string, seq long"
+    left = env.from_source("left").select(F.col("rank"), F.col("user"), F.col("seq"))
+    right = env.from_source("right").select(F.col("rank"), F.col("user"), F.col("seq"))
+    left.union(right).map(lambda e: dict(e), fields).key_by("user").sink_to("out")

@@ -15,7 +15,13 @@ MARKER_OFFSET = 100
 
 
 def epoch_write(
-    bootstrap: str, out_topic: str, marker_topic: str, app_id: str, epoch: int = 5, checkpoint: str = "c1"
+    bootstrap: str,
+    out_topic: str,
+    marker_topic: str,
+    app_id: str,
+    epoch: int = 5,
+    checkpoint: str = "c1",
+    instance_id: str = "test-instance",
 ) -> EpochWrite:
     """A one-task epoch writing bytes records to `out_topic`, its marker on `marker_topic` partition 0."""
     config = KafkaSinkConfig.from_properties(
@@ -27,7 +33,7 @@ def epoch_write(
     slot = TaskSlot(f"{marker_topic}-0", f"{app_id}-group", marker_topic, 0, MARKER_OFFSET)
     return EpochWrite(
         app_id=app_id,
-        instance_id="test-instance",
+        instance_id=instance_id,
         checkpoint_id=checkpoint,
         epoch=epoch,
         query="out",

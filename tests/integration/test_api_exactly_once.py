@@ -39,7 +39,7 @@ def test_window_written_to_two_sinks_survives_kills(
         "tests.integration.pipelines_api:counts_two_ways",
         {"lines": (src, "value.format=json\nvalue.schema=seq long, text string, ts long\n")},
         {"counts": (counts_topic, "value.format=json\n"), "flat": (flat_topic, "value.format=json\n")},
-        max_records=100,
+        max_records=40,
     )
     repo = str(Path(__file__).resolve().parents[2])
     env = {

@@ -16,12 +16,22 @@ import pytest
 
 from ethereal_kafka.checkpoint.errors import RecoveryError
 from ethereal_kafka.checkpoint.history import CheckpointHistory
+from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare, run_with_kills
+from ethereal_kafka.testing.epochs import read_epochs
 from ethereal_kafka.testing.jobs import JobRun
+from ethereal_kafka.testing.kafka_io import add_partitions
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
-from tests.integration.eos_helpers import feed, output, pairs, per_key_order_kept, write_job
+from tests.integration.eos_helpers import (
+    drop_last_commit,
+    feed,
+    output,
+    pairs,
+    per_key_order_kept,
+    write_job,
+)
 
 KILLS = 10
 FAULT = {
@@ -50,7 +60,7 @@ def test_stateless_map_filter_survives_kills(
     src, dst = topic_factory(partitions=3), topic_factory(partitions=3)
     inputs = eos.events(4000)
     feed(bs, src, inputs, 3)
-    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=200)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=100)
     run = run_with_kills(files.job, KILLS, seed=11, env=FAULT, log=tmp_path / "crash.log")
     print("\n".join(run.landed))
     got = output(bs, dst)
@@ -69,7 +79,7 @@ def test_keyed_running_aggregate_survives_kills(
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
     inputs = eos.events(3000)
     feed(bs, src, inputs, 2)
-    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=200)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=80)
     run = run_with_kills(files.job, KILLS, seed=23, env=FAULT, log=tmp_path / "crash.log")
     print("\n".join(run.landed))
     updates = [json.loads(r.value or b"") for r in output(bs, dst)]
@@ -106,7 +116,7 @@ def test_windowed_count_survives_kills(
         from ethereal_kafka.testing.kafka_io import produce
 
         produce(bs, src, [(k, v)], partition=p)
-    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:windowed_count", max_records=200)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:windowed_count", max_records=80)
     run = run_with_kills(files.job, KILLS, seed=37, env=FAULT, log=tmp_path / "crash.log")
     print("\n".join(run.landed))
     got = [json.loads(r.value or b"") for r in output(bs, dst)]
@@ -151,6 +161,85 @@ def test_epoch_outliving_the_transaction_timeout_is_aborted_and_redone(
     assert epochs and all(e.outcome == "committed" for e in epochs)
 
 
+def test_exactly_once_epochs_are_bounded_by_default(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """With no max.records.per.epoch, an exactly-once job still reads a backlog in epochs small enough to commit
+    within its transaction timeout (here 5 s: at most 4800 records); it used to log the whole backlog as one."""
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(10_000)
+    feed(bs, src, inputs, 2)
+    files = write_job(
+        tmp_path,
+        bs,
+        src,
+        dst,
+        "ethereal_kafka.examples.eos:stateless",
+        max_records=0,
+        extra_job="transaction.timeout.ms=5000\n",
+    )
+    run_job(files.job)
+    sizes = []
+    previous: dict[tuple[str, int], int] = {}
+    for epoch in read_epochs(files.checkpoint / "out"):
+        (ends,) = epoch.ends
+        sizes.append(sum(o - previous.get(tp, 0) for tp, o in ends.items()))
+        previous = ends
+    print(f"epoch sizes: {sizes}")
+    assert sum(sizes) == len(inputs) and len(sizes) >= 3 and max(sizes) <= 4800, sizes
+    cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
+    assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
+
+
+def test_a_changed_write_layout_is_refused_at_start(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """A shuffling job restarted with another sink.tasks, or after its output topic gained partitions, would send a
+    replayed epoch's rows to tasks whose markers skip them: the start is refused, naming the change."""
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    feed(bs, src, eos.events(300), 2)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=150)
+    run_job(files.job)
+    text = files.job.read_text()
+    files.job.write_text(text.replace("sink.tasks=2", "sink.tasks=3"))
+    refused = run_job(files.job, check=False)
+    assert isinstance(refused.error, ConfigError), refused.error
+    assert "query out: sink.tasks 2 -> 3 since its checkpoint was made" in str(refused.error)
+    assert "Rescaling" in str(refused.error)
+    files.job.write_text(text)
+    add_partitions(bs, dst, 3)
+    refused = run_job(files.job, check=False)
+    assert isinstance(refused.error, ConfigError), refused.error
+    assert "sink out's topic partitions 2 -> 3" in str(refused.error)
+
+
+def test_at_most_once_never_writes_a_replayed_epoch_twice(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """At-most-once commits an epoch's offsets, then writes its output. A crash after the write and before Spark
+    logged the epoch (simulated: its commit-log entry removed) replays it; the replay must not write it again."""
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(400)
+    feed(bs, src, inputs, 2)
+    files = write_job(
+        tmp_path,
+        bs,
+        src,
+        dst,
+        "ethereal_kafka.examples.eos:stateless",
+        max_records=100,
+        guarantee="at-most-once",
+    )
+    run_job(files.job)
+    drop_last_commit(files.checkpoint / "out")
+    run_job(files.job)
+    cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
+    assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
+
+
 def test_replay_of_the_same_offsets_is_byte_identical(
     kafka_cluster: KafkaCluster,
     topic_factory: TopicFactory,
@@ -173,37 +262,53 @@ def test_replay_of_the_same_offsets_is_byte_identical(
     assert outputs[0] and outputs[0] == outputs[1]
 
 
-def test_second_instance_fences_the_first(
+def test_one_instance_per_app_a_second_start_is_refused_and_a_takeover_hands_over(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
+    """A second `run` of a running app is refused before Spark starts, with one line naming the running instance,
+    and the first keeps going; `run --takeover` makes the first stop cleanly between epochs (exit 0) and carries
+    on from there; the output is exact."""
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
-    inputs = eos.events(2000)
+    inputs = eos.events(3000)
     feed(bs, src, inputs, 2)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=100)
-    env = {**os.environ, **FAULT}
-    # The log goes to a file: an unread pipe fills up and blocks the job's writes (and the job with them).
-    log_path = tmp_path / "first.log"
+    log_path = tmp_path / "first.log"  # a file: an unread pipe fills up and blocks the job
     first = subprocess.Popen(
         [sys.executable, "-m", "ethereal_kafka.cli", "run", str(files.job)],
         stdout=log_path.open("w"),
         stderr=subprocess.STDOUT,
-        env=env,
+        env={**os.environ, **FAULT},
         start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not output(bs, dst):
-            time.sleep(1)
-        second = _run(files.job, env=FAULT)
-        assert second.returncode == 0, second.stderr[-3000:]
-        code = first.wait(timeout=120)
+        while time.monotonic() < deadline and len(output(bs, dst)) < 100:
+            assert first.poll() is None, log_path.read_text()[-3000:]
+            time.sleep(0.5)
+        began = time.monotonic()
+        refused = _run(files.job)
+        refused_s = time.monotonic() - began
+        last = refused.stderr.strip().splitlines()[-1]
+        assert refused.returncode == 1, refused.stderr[-3000:]
+        assert last.startswith(f"error: app {files.app_id} is already running: instance "), last
+        assert f"(pid {first.pid})" in last and " since " in last and "--takeover" in last, last
+        assert "Traceback" not in refused.stderr and "SparkContext" not in refused.stderr
+        before = len(output(bs, dst))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(output(bs, dst)) == before:
+            time.sleep(0.5)
+        assert first.poll() is None and len(output(bs, dst)) > before, "the first instance kept going"
+        took_over = _run(files.job, "--takeover", env=FAULT)
+        assert took_over.returncode == 0, took_over.stderr[-3000:]
+        code = first.wait(timeout=60)
     finally:
         if first.poll() is None:
             os.killpg(first.pid, 9)
     log = log_path.read_text(errors="replace")
-    assert code != 0, "the fenced first instance must stop with an error"
-    assert "took over" in log
+    print(f"second start refused in {refused_s:.1f}s: {last}")
+    assert code == 0, log[-3000:]
+    assert "stopped on takeover: graceful" in log and "handed over to instance" in log, log[-3000:]
     cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
     assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
 

@@ -273,7 +273,7 @@ def test_process_function_with_state_and_timers_survives_kills(
     bs = kafka_cluster.bootstrap
     source, events = _feed(kafka_cluster, topic_factory, seed=31, count=600, users=8)
     out, cancelled = topic_factory(partitions=2), topic_factory(partitions=2)
-    job = _job(tmp_path, bs, "slot_timers", source, {"out": out, "cancelled": cancelled}, max_records=50)
+    job = _job(tmp_path, bs, "slot_timers", source, {"out": out, "cancelled": cancelled}, max_records=20)
     root = str(Path(__file__).resolve().parents[2])
     env = {
         "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),

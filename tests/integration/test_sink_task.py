@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 
 from ethereal_kafka import faults
+from ethereal_kafka.checkpoint.ownership import write_claim
+from ethereal_kafka.connectors.kafka.epoch_write import progress_topic
+from ethereal_kafka.connectors.kafka.errors import FencedError
+from ethereal_kafka.connectors.kafka.markers import OwnerClaim
 from ethereal_kafka.testing.cluster import KafkaCluster
-from ethereal_kafka.testing.kafka_io import read_committed
+from ethereal_kafka.testing.kafka_io import create_topic, read_committed
 from ethereal_kafka.testing.plugin import TopicFactory
 from tests.integration.sink_task_helpers import commit_attempt, epoch_write
 
@@ -91,3 +95,23 @@ def test_an_older_attempt_cannot_commit_between_a_new_attempts_marker_read_and_i
     assert sorted(got) == sorted(records), (
         f"each record exactly once (got {len(got)} for {len(records)}): {results}"
     )
+
+
+def test_a_task_of_an_instance_that_was_taken_over_writes_nothing(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """Instance B claimed the app; a task of instance A (still running an epoch) fences B's producer for a moment
+    when it builds its own, but must then find that the app is not A's any more and write nothing."""
+    bs = kafka_cluster.bootstrap
+    out, marked = topic_factory(partitions=1), topic_factory(partitions=1)
+    app = f"owner-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, progress_topic(app), 1)
+    old = epoch_write(bs, out, marked, app_id=app, instance_id="instance-a")
+    new = epoch_write(bs, out, marked, app_id=app, instance_id="instance-b")
+    write_claim(app, bs, {}, OwnerClaim("instance-b"))
+    records = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(10)]
+    with pytest.raises(FencedError, match="took over"):
+        commit_attempt(old, 0, records)
+    assert read_committed(bs, out, timeout_s=3) == []
+    assert commit_attempt(new, 0, records) is True
+    assert sorted((r.key, r.value) for r in read_committed(bs, out, timeout_s=10)) == sorted(records)

@@ -64,3 +64,60 @@ class ReplayMarker:
         if not sep or not app_id or stamp == tag or not stamp.isdigit():
             return None
         return cls(app_id, int(stamp))
+
+
+#: Prefix of an owner claim's metadata (older claims were a bare instance id).
+CLAIM_PREFIX = "ek-owner:"
+
+
+@dataclass(frozen=True)
+class OwnerClaim:
+    """Who runs an app: the metadata of the offset the owning instance commits (and refreshes) in the app's owner
+    group (`{app.id}.ethereal-owner`, progress partition 0), whose offset value is the time of its last heartbeat.
+
+    Attributes:
+        instance_id: The owning instance (its sink tasks and epochs check that it is still theirs).
+        host, pid, since_ms: Where and since when it runs (for the one-line refusal of a second start).
+        takeover: The instance asking the owner to stop and hand over (`run --takeover`), if any.
+        released: The owner stopped and let the app go; the next start needs no takeover.
+    """
+
+    instance_id: str
+    host: str = ""
+    pid: int = 0
+    since_ms: int = 0
+    takeover: str | None = None
+    released: bool = False
+
+    def render(self) -> str:
+        """The metadata string stored with the offset."""
+        import json
+
+        body = {"id": self.instance_id, "host": self.host, "pid": self.pid, "since": self.since_ms}
+        if self.takeover:
+            body["takeover"] = self.takeover
+        if self.released:
+            body["released"] = True
+        return CLAIM_PREFIX + json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def parse(cls, text: str | None) -> OwnerClaim | None:
+        """Parse a claim's metadata; an older claim (a bare instance id) parses with its id only."""
+        import json
+
+        if not text:
+            return None
+        if not text.startswith(CLAIM_PREFIX):
+            return cls(text)
+        try:
+            body = json.loads(text[len(CLAIM_PREFIX) :])
+            return cls(
+                str(body["id"]),
+                str(body.get("host", "")),
+                int(body.get("pid", 0)),
+                int(body.get("since", 0)),
+                body.get("takeover") or None,
+                bool(body.get("released", False)),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: Bucket ratio of the age sketch: bucket k > 0 holds ages in [AGE_GAMMA**(k-1), AGE_GAMMA**k) ms.
 AGE_GAMMA = 1.02
@@ -128,13 +129,16 @@ class ReadTally:
         self.until = until
         self.read_ms = int(time.time() * 1000)
         self.records = 0
+        self.bytes = 0
         self.timestamped = 0
         self.timestamp_sum_ms = 0
         self.ages: dict[int, int] = {}
 
     def observe(self, raw: pa.RecordBatch) -> pa.RecordBatch:
-        """Count one raw batch; returns it unchanged."""
+        """Count one raw batch (records, and bytes of keys and values); returns it unchanged."""
         self.records += raw.num_rows
+        for column in ("key", "value"):
+            self.bytes += int(pc.sum(pc.binary_length(raw.column(column))).as_py() or 0)
         stamps = raw.column("timestamp").cast(pa.int64())
         if stamps.null_count:
             stamps = stamps.drop_null()

@@ -39,7 +39,8 @@ from pyspark.sql.types import StructType
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.admission import budget_path, read_budget
 from ethereal_kafka.connectors.kafka.clients import consumer_config
-from ethereal_kafka.connectors.kafka.decoding import SourceLayout, decode_batches
+from ethereal_kafka.connectors.kafka.decoding import DecodeStats, SourceLayout, decode_batches
+from ethereal_kafka.connectors.kafka.epoch_bounds import measured, records_bound
 from ethereal_kafka.connectors.kafka.offsets import (
     SourceOffset,
     TopicPartitionKey,
@@ -61,8 +62,14 @@ from ethereal_kafka.connectors.table_pins import (
     topics_only,
 )
 
-#: The largest `ReadMaxRows` Spark accepts (a Java int).
-MAX_ROWS = 2**31 - 1
+#: The row limit of a source bounded by bytes only (the byte budget then sets each epoch's bound).
+_UNLIMITED_ROWS = 2**31 - 1
+
+
+def initial_offsets_file(config: KafkaSourceConfig) -> str:
+    """The name of the file pinning a source's initial offsets in `<checkpoint>/sources/ethereal-kafka/`: one per
+    source and consumer group, so queries reading one source with their own groups pin their own."""
+    return f"initial-offsets-{config.name}@{config.group}.json"
 
 
 @dataclass(frozen=True)
@@ -156,19 +163,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _pinned_initial_path(self) -> Path | None:
         if not self.config.checkpoint_location:
             return None
-        return (
-            Path(self.config.checkpoint_location)
-            / "ethereal-kafka"
-            / f"initial-offsets-{self.config.name}.json"
-        )
+        return Path(self.config.checkpoint_location) / "ethereal-kafka" / initial_offsets_file(self.config)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """`ReadMaxRows(max.records.per.epoch)`, or everything available when it is 0 (with adaptive sizing: the
-        largest row count Spark takes, the posted budget then bounds each epoch)."""
+        """`ReadMaxRows` when the source has epoch bounds, or everything available when it has none. Spark asks
+        once per query; `latestOffset` applies the bounds as they are at each epoch (the byte budget depends on
+        the record size measured so far, the adaptive budget on the epochs measured so far)."""
         if self.config.max_records_per_epoch > 0:
             return ReadMaxRows(self.config.max_records_per_epoch)
-        if budget_path(self.config) is not None:
-            return ReadMaxRows(MAX_ROWS)
+        if self.config.max_bytes_per_epoch > 0 or budget_path(self.config) is not None:
+            return ReadMaxRows(_UNLIMITED_ROWS)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -190,7 +194,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp, off in begin.items():
             latest.setdefault(tp, off)
         if isinstance(limit, ReadMaxRows):
-            latest = limit_offsets(begin, latest, self.admitted(limit.max_rows))
+            # The byte budget turns into fewer records as the measured record size grows: bound again now.
+            bound = records_bound(self.config)
+            admitted = self.admitted(limit.max_rows)
+            latest = limit_offsets(begin, latest, min(admitted, bound) if bound > 0 else admitted)
         if not self.config.pin_tables:
             return from_flat(latest)
         if self._pinner is None:
@@ -255,9 +262,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tally = ReadTally(
             self.config.name, partition.topic, partition.partition, partition.start, partition.until
         )
+
+        def finish(stats: DecodeStats) -> None:
+            tally.publish(stats.dead_lettered, stats.skipped)
+            measured(self.config, tally.records, tally.bytes)
+
         batches = decode_batches(
-            self.layout,
-            (tally.observe(messages_to_batch(chunk)) for chunk in chunks),
-            on_finish=lambda stats: tally.publish(stats.dead_lettered, stats.skipped),
+            self.layout, (tally.observe(messages_to_batch(chunk)) for chunk in chunks), on_finish=finish
         )
         yield from add_pins_column(batches, partition.pins) if self.config.pin_tables else batches

@@ -45,7 +45,7 @@ from ethereal_kafka.connectors.kafka.epoch_write import (
     progress_topic,
 )
 from ethereal_kafka.connectors.kafka.errors import FencedError, TransactionError
-from ethereal_kafka.connectors.kafka.markers import EpochMarker
+from ethereal_kafka.connectors.kafka.markers import EpochMarker, OwnerClaim
 from ethereal_kafka.connectors.kafka.sink import send_records
 
 T = TypeVar("T")
@@ -268,10 +268,10 @@ class TransactionalTask:
         consumer = group_consumer(sink.bootstrap_servers, owner_group(self.write.app_id), sink.passthrough)
         claim = [TopicPartition(progress_topic(self.write.app_id), 0)]
         found = _retry(lambda: consumer.committed(claim, timeout=30))
-        owner = found[0].metadata if found else None
-        if owner and owner != self.write.instance_id:
+        owner = OwnerClaim.parse(found[0].metadata) if found else None
+        if owner is not None and owner.instance_id != self.write.instance_id:
             raise FencedError(
-                f"app {self.write.app_id}: another instance ({owner}) took over; this one "
+                f"app {self.write.app_id}: another instance ({owner.instance_id}) took over; this one "
                 f"({self.write.instance_id}) stops"
             )
 

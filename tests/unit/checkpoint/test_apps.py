@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ethereal_kafka.checkpoint import apps
-from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
+from ethereal_kafka.checkpoint.errors import AppRunningError
 from ethereal_kafka.config.job import LoadedJob, load_job
 
 
@@ -58,8 +58,8 @@ def test_uri_checkpoints_are_recorded_as_given(tmp_path: Path) -> None:
 
 
 def test_a_held_run_lock_makes_replay_refuse_until_released() -> None:
-    apps.hold_run_lock("shop")
-    apps.hold_run_lock("shop")  # idempotent in one process
+    assert apps.try_run_lock("shop")
+    assert apps.try_run_lock("shop")  # idempotent in one process
     try:
         with (
             pytest.raises(AppRunningError, match="app shop is running on this host"),
@@ -72,20 +72,13 @@ def test_a_held_run_lock_makes_replay_refuse_until_released() -> None:
         pass
 
 
-def test_instances_share_the_lock_but_wait_for_a_replay() -> None:
-    with apps.exclusive_run_lock("shop"), pytest.raises(ReplayError, match="a replay has held its run lock"):
-        apps.hold_run_lock("shop", wait_s=0.3)
-    apps.hold_run_lock("shop")
-    apps.release_run_lock("shop")
-
-
-def test_a_killed_instance_leaves_no_stale_lock(home: Path) -> None:
+def _instance_holding_the_lock(home: Path) -> subprocess.Popen[str]:
+    """A child process that holds the app's run lock (as a running instance does) until killed."""
     script = textwrap.dedent(
         """
         import sys, time
-        from ethereal_kafka.checkpoint.apps import hold_run_lock
-        hold_run_lock("shop")
-        print("held", flush=True)
+        from ethereal_kafka.checkpoint.apps import try_run_lock
+        print("held" if try_run_lock("shop") else "busy", flush=True)
         time.sleep(60)
         """
     )
@@ -95,8 +88,28 @@ def test_a_killed_instance_leaves_no_stale_lock(home: Path) -> None:
         text=True,
         env={**os.environ, "ETHEREAL_KAFKA_HOME": str(home)},
     )
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_one_instance_holds_the_lock_and_a_starting_one_can_tell_a_replay_from_it(home: Path) -> None:
+    child = _instance_holding_the_lock(home)
     try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        assert not apps.try_run_lock("shop"), "a second instance does not get the lock"
+        assert not apps.replay_in_progress("shop"), "and sees an instance, not a replay, holding it"
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    with apps.exclusive_run_lock("shop"):
+        assert apps.replay_in_progress("shop")
+        assert not apps.try_run_lock("shop")
+    assert apps.try_run_lock("shop")
+    apps.release_run_lock("shop")
+
+
+def test_a_killed_instance_leaves_no_stale_lock(home: Path) -> None:
+    child = _instance_holding_the_lock(home)
+    try:
         with pytest.raises(AppRunningError), apps.exclusive_run_lock("shop"):
             pass
         child.send_signal(signal.SIGKILL)

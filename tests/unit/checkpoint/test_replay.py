@@ -144,14 +144,30 @@ def _record(instance: str, host: str | None = None) -> RunRecord:
     return RunRecord("shop", "/jobs/shop.properties", "/ckpt", instance, host or socket.gethostname(), 1, 0)
 
 
-def test_check_stopped_trusts_only_claims_of_instances_started_here() -> None:
-    claim = CommittedOffset("shop.ethereal-progress", 0, 1_700_000_000_000, "abc123")
+def test_check_stopped_refuses_only_a_live_claim_of_another_host() -> None:
+    import socket
+    import time
+
+    from ethereal_kafka.connectors.kafka.markers import OwnerClaim
+
+    now = int(time.time() * 1000)
+    here = socket.gethostname()
+
+    def claim(owner: OwnerClaim, beat_ms: int = now) -> CommittedOffset:
+        return CommittedOffset("shop.ethereal-progress", 0, beat_ms, owner.render())
+
+    elsewhere = OwnerClaim("abc123", host="elsewhere", pid=7)
     check_stopped("shop", None, None, force=False)  # never claimed
-    check_stopped("shop", _record("abc123"), claim, force=False)  # started here; the lock proved it stopped
-    for record in (None, _record("other"), _record("abc123", host="elsewhere")):
-        with pytest.raises(AppRunningError, match=r"did not start on this host.*--force"):
-            check_stopped("shop", record, claim, force=False)
-        check_stopped("shop", record, claim, force=True)
+    check_stopped(
+        "shop", _record("abc123"), claim(OwnerClaim("abc123", host=here)), force=False
+    )  # lock proves it
+    check_stopped("shop", None, claim(elsewhere, beat_ms=now - 60_000), force=False)  # its heartbeat lapsed
+    check_stopped("shop", None, claim(OwnerClaim("abc123", host="elsewhere", released=True)), force=False)
+    legacy = CommittedOffset("shop.ethereal-progress", 0, now, "abc123")  # a bare instance id, fresh
+    for record, found in ((None, claim(elsewhere)), (_record("other"), claim(elsewhere)), (None, legacy)):
+        with pytest.raises(AppRunningError, match=r"may still run there.*--force"):
+            check_stopped("shop", record, found, force=False)
+        check_stopped("shop", record, found, force=True)
 
 
 def test_only_a_root_with_more_than_an_intent_is_moved(tmp_path: Path) -> None:

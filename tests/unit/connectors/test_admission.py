@@ -26,7 +26,7 @@ from ethereal_kafka.connectors.kafka.admission import (
     read_history,
 )
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
-from ethereal_kafka.connectors.kafka.source import MAX_ROWS, KafkaStreamReader
+from ethereal_kafka.connectors.kafka.source import _UNLIMITED_ROWS, KafkaStreamReader
 
 SETTINGS = AdmissionSettings(target_ms=1000, min_records=100, max_records=100_000)
 
@@ -197,4 +197,6 @@ def test_the_reader_admits_the_posted_budget_within_sparks_limit(tmp_path: Path,
 
 def test_adaptive_sizing_without_a_maximum_still_gives_spark_a_row_limit(tmp_path: Path) -> None:
     config = _source(tmp_path, epoch_sizing="adaptive")
-    assert KafkaStreamReader(SourceLayout.from_config(config)).getDefaultReadLimit() == ReadMaxRows(MAX_ROWS)
+    assert KafkaStreamReader(SourceLayout.from_config(config)).getDefaultReadLimit() == ReadMaxRows(
+        _UNLIMITED_ROWS
+    )
