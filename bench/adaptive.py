@@ -34,10 +34,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import TreeCpu, bench_broker, percentiles, write_result
+from common import TreeCpu, bench_broker, drained, percentiles, write_result
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.testing.kafka_io import create_topic
 from tests.integration.eos_helpers import write_job
 
@@ -149,16 +148,10 @@ def run_once(
     wall = time.monotonic() - began
     if process.returncode != 0:
         raise SystemExit(f"{setting}: the job failed: {err.read_text()[-3000:]}")
-    with CheckpointHistory(files.app_id, read_only=True) as history:
-        epochs = [r for r in history.records() if r.outcome == "committed"]
-    first = min(r.started_ms for r in epochs)
-    last = max(r.started_ms + r.duration_ms for r in epochs)
-    processed = sum(max(0, r.records_in) for r in epochs)
-    drain = (last - first) / 1000
-    ordered = sorted(epochs, key=lambda r: r.epoch)
-    durations = [r.duration_ms for r in ordered]
+    epochs, processed, drain = drained(files.app_id)
+    durations = [r.duration_ms for r in epochs]
     steady = durations[1:] or durations  # the first epoch's time is mostly start-up (Python workers, imports)
-    sizes = [r.records_in for r in ordered]
+    sizes = [r.records_in for r in epochs]
     return {
         "setting": setting,
         "records": processed,

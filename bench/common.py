@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ethereal_kafka.broker import BrokerSettings, LocalBroker
 
@@ -150,6 +151,18 @@ class TreeCpu:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def drained(app_id: str) -> tuple[list[Any], int, float]:
+    """The committed epochs of an app's run (from its checkpoint history, in epoch order), the records they read and
+    the seconds from the first epoch's start to the last one's commit (Spark start-up excluded)."""
+    from ethereal_kafka.checkpoint.history import CheckpointHistory
+
+    with CheckpointHistory(app_id, read_only=True) as history:
+        epochs = sorted((r for r in history.records() if r.outcome == "committed"), key=lambda r: r.epoch)
+    first = min(r.started_ms for r in epochs)
+    last = max(r.started_ms + r.duration_ms for r in epochs)
+    return epochs, sum(max(0, r.records_in) for r in epochs), (last - first) / 1000
 
 
 def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:

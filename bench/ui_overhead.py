@@ -29,9 +29,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import TreeCpu, bench_broker, write_result
+from common import TreeCpu, bench_broker, drained, write_result
 
-from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.kafka_io import create_topic
 from tests.integration.browser import chromium_page
@@ -95,12 +94,7 @@ def run_once(bootstrap: str, src: str, records: int, ui: bool, per_epoch: int, i
         viewer.join(timeout=60)
     if process.returncode != 0:
         raise SystemExit(f"job failed: {err.read_text()[-3000:]}")
-    with CheckpointHistory(files.app_id, read_only=True) as history:
-        epochs = [r for r in history.records() if r.outcome == "committed"]
-    first = min(r.started_ms for r in epochs)
-    last = max(r.started_ms + r.duration_ms for r in epochs)
-    processed = sum(max(0, r.records_in) for r in epochs)
-    seconds = (last - first) / 1000
+    epochs, processed, seconds = drained(files.app_id)
     return {
         "ui": ui,
         "records": processed,
