@@ -130,7 +130,9 @@ def run_once(
         src,
         dst,
         "ethereal_kafka.examples.eos:stateless",
-        max_records=0 if setting == "adaptive" else int(setting),
+        # Adaptive: the sizer's own maximum (epoch.max.records); under exactly-once an unset bound would get the
+        # conservative default (epoch_bounds.EOS_MAX_RECORDS), which would cap the sizer below what it can do.
+        max_records=500_000 if setting == "adaptive" else int(setting),
         extra_job=f"{sizing}transaction.timeout.ms=300000\nui.enabled=false\nmetrics.enabled=false\nprogress=off\n",
     )
     err = folder / "job.err"
