@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ethereal_kafka.broker import BrokerSettings, LocalBroker
 
@@ -98,6 +99,70 @@ class MemorySampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class TreeCpu:
+    """CPU-seconds (user + system) of a process and all its descendants, sampled with psutil every `interval_s`.
+
+    PySpark's Python daemon ignores SIGCHLD, so its workers' CPU never reaches the parent's `RUSAGE_CHILDREN`: each
+    process of the tree is sampled instead, and its last value kept (keyed by pid and start time, so a reused pid
+    is a new process). Call `sample()` once more just before the root exits for the last increments.
+    """
+
+    def __init__(self, root: int, interval_s: float = 0.25) -> None:
+        self.root = root
+        self.interval_s = interval_s
+        self.seen: dict[tuple[int, float], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def sample(self) -> None:
+        """Read the CPU time of every process in the tree now."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.root)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for process in tree:
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    key = (process.pid, process.create_time())
+            except psutil.Error:
+                continue
+            self.seen[key] = max(self.seen.get(key, 0.0), times.user + times.system)
+
+    @property
+    def seconds(self) -> float:
+        """CPU-seconds of every process seen so far."""
+        return sum(self.seen.values())
+
+    def __enter__(self) -> TreeCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def drained(app_id: str) -> tuple[list[Any], int, float]:
+    """The committed epochs of an app's run (from its checkpoint history, in epoch order), the records they read and
+    the seconds from the first epoch's start to the last one's commit (Spark start-up excluded)."""
+    from ethereal_kafka.checkpoint.history import CheckpointHistory
+
+    with CheckpointHistory(app_id, read_only=True) as history:
+        epochs = sorted((r for r in history.records() if r.outcome == "committed"), key=lambda r: r.epoch)
+    first = min(r.started_ms for r in epochs)
+    last = max(r.started_ms + r.duration_ms for r in epochs)
+    return epochs, sum(max(0, r.records_in) for r in epochs), (last - first) / 1000
 
 
 def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:

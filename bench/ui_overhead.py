@@ -7,7 +7,7 @@ Feeds one input topic, then runs `ethereal-kafka run JOB --available-now` (the `
 stream graph page for the whole run (it polls the UI every 2 s, as a person's open tab does) and switches to the
 checkpoint and latency pages now and then. Per run: records/s from the first epoch's start to the last epoch's
 commit (Spark start-up excluded, from the checkpoint history), and the CPU-seconds of the job's whole process tree
-(driver, Spark JVM, Python workers; sampled from /proc, so PySpark's daemon, which ignores SIGCHLD, is counted)
+(driver, Spark JVM, Python workers; sampled with psutil, so PySpark's daemon, which ignores SIGCHLD, is counted)
 per million records. The browser's own CPU is reported apart: it is the viewer's, not the job's.
 Writes bench/results/ui-overhead.json.
 """
@@ -29,63 +29,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import bench_broker, write_result
+from common import TreeCpu, bench_broker, drained, write_result
 
-from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.kafka_io import create_topic
 from tests.integration.browser import chromium_page
 from tests.integration.eos_helpers import feed, write_job
-
-TICK = 100  # clock ticks per second (/proc/<pid>/stat utime, stime)
-
-
-class TreeCpu:
-    """Samples the CPU time of a process and its descendants every `interval_s`; keeps each pid's last value."""
-
-    def __init__(self, root: int, interval_s: float = 0.25) -> None:
-        self.root = root
-        self.interval_s = interval_s
-        self.seen: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval_s)
-
-    def sample(self) -> None:
-        children: dict[int, list[int]] = {}
-        cpu: dict[int, float] = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            rest = stat.rsplit(")", 1)[1].split()
-            children.setdefault(int(rest[1]), []).append(int(entry.name))
-            cpu[int(entry.name)] = (int(rest[11]) + int(rest[12])) / TICK
-        stack = [self.root]
-        while stack:
-            pid = stack.pop()
-            stack.extend(children.get(pid, []))
-            if pid in cpu:
-                self.seen[pid] = max(self.seen.get(pid, 0.0), cpu[pid])
-
-    @property
-    def seconds(self) -> float:
-        return sum(self.seen.values())
-
-    def __enter__(self) -> TreeCpu:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def browse(url_box: dict[str, str], stop: threading.Event, stats: dict[str, Any]) -> None:
@@ -145,12 +94,7 @@ def run_once(bootstrap: str, src: str, records: int, ui: bool, per_epoch: int, i
         viewer.join(timeout=60)
     if process.returncode != 0:
         raise SystemExit(f"job failed: {err.read_text()[-3000:]}")
-    with CheckpointHistory(files.app_id, read_only=True) as history:
-        epochs = [r for r in history.records() if r.outcome == "committed"]
-    first = min(r.started_ms for r in epochs)
-    last = max(r.started_ms + r.duration_ms for r in epochs)
-    processed = sum(max(0, r.records_in) for r in epochs)
-    seconds = (last - first) / 1000
+    epochs, processed, seconds = drained(files.app_id)
     return {
         "ui": ui,
         "records": processed,

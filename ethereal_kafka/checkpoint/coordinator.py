@@ -523,11 +523,7 @@ class CheckpointCoordinator:
 
     @staticmethod
     def _reads(source: KafkaSourceConfig, topic: str) -> bool:
-        import re
-
-        if source.topic_pattern is not None:
-            return re.fullmatch(source.topic_pattern, topic) is not None
-        return topic in source.topics
+        return source.reads(topic)
 
     def record(self, entry: EpochRecord, query: str = "", tasks: Sequence[Any] = ()) -> None:
         """Let `epoch_annotators` add their figures to an epoch outcome, append it to the checkpoint history (when

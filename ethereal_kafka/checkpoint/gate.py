@@ -51,6 +51,7 @@ class EpochGate:
         self._in_flight: dict[str, int] = {}
         self._last: dict[str, EpochOutcome] = {}
         self._refused: list[tuple[str, int]] = []
+        self._held = False
 
     @contextmanager
     def epoch(self, query: str, epoch: int) -> Iterator[None]:
@@ -62,6 +63,8 @@ class EpochGate:
             EpochRefusedError: the gate is closed; the caller must not write anything.
         """
         with self._cond:
+            while self._held and not self._closed:
+                self._cond.wait()
             if self._closed:
                 self._refused.append((query, epoch))
                 raise EpochRefusedError(
@@ -79,6 +82,33 @@ class EpochGate:
                 self._in_flight.pop(query, None)
                 self._last[query] = EpochOutcome(query, epoch, error)
                 self._cond.notify_all()
+
+    @contextmanager
+    def between_epochs(self, timeout_s: float) -> Iterator[bool]:
+        """Keep new epochs from starting to write while the caller works between epochs.
+
+        Called by the autoscaler around releasing executors, so no sink task runs on an executor it removes.
+        Waits up to `timeout_s` for the epochs in flight to finish; yields True once none is (epochs that come
+        meanwhile wait, and go on when the block ends), or False when they did not finish in time (then nothing is
+        held and the caller should try later).
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._held or self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.2))
+            idle = not self._held and not self._in_flight
+            if idle:
+                self._held = True
+        try:
+            yield idle
+        finally:
+            if idle:
+                with self._cond:
+                    self._held = False
+                    self._cond.notify_all()
 
     def close(self) -> None:
         """Refuse every epoch that has not started yet (idempotent). Called by the runner when a stop is requested."""

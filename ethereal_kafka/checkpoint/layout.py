@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ethereal_kafka.errors import ConfigError
 
-RESCALE_DOC = "docs/operations.md, 'Rescaling'"
+RESCALE_DOC = "docs/operations.md#rescaling-a-job"
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,13 @@ class KafkaSourceConfig(SerdeSettings):
         doc="admission control: at most about N bytes per epoch, from the measured record size (0: bounded from "
         "the transaction timeout under exactly-once, at most 33554432; else unbounded)",
     )
+    epoch_sizing: str = setting(
+        "fixed",
+        key="epoch.sizing",
+        choices=("fixed", "adaptive"),
+        doc="set by the job runner from the job's epoch.sizing: adaptive = admit the per-epoch budget the job's "
+        "epoch sizer posts in the checkpoint (never more than max.records.per.epoch)",
+    )
     partition_discovery_interval_ms: int = setting(
         5000,
         key="partition.discovery.interval.ms",
@@ -128,6 +135,12 @@ class KafkaSourceConfig(SerdeSettings):
     def group(self) -> str:
         """The consumer group: `group.id`, else `ethereal-kafka` (a job sets it to its app.id)."""
         return self.group_id or "ethereal-kafka"
+
+    def reads(self, topic: str) -> bool:
+        """True when this source reads `topic` (listed, or matching `topic.pattern`)."""
+        if self.topic_pattern is not None:
+            return re.fullmatch(self.topic_pattern, topic) is not None
+        return topic in self.topics
 
     def validate(self) -> None:
         """Exactly one of `topics` / `topic.pattern`; a dead-letter topic with policy dlq."""

@@ -17,6 +17,8 @@ from ethereal_kafka.config.properties import load_properties
 from ethereal_kafka.errors import ConfigError
 
 GUARANTEES = ("exactly-once", "at-least-once", "at-most-once")
+EPOCH_SIZING = ("adaptive", "fixed")
+SCALING_POLICIES = ("off", "lag", "throughput", "latency")
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 _PIPELINE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -31,6 +33,10 @@ def _port(value: int) -> str | None:
 
 def _pipeline(value: str) -> str | None:
     return None if _PIPELINE.match(value) else "expected module.path:function"
+
+
+def _fraction(value: float) -> str | None:
+    return None if 0 < value <= 1 else "expected a fraction in (0, 1]"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
@@ -128,6 +134,99 @@ class JobConfig(Model):
         "for a checkpoint's life",
     )
 
+    epoch_sizing: str = setting(
+        "adaptive",
+        key="epoch.sizing",
+        choices=EPOCH_SIZING,
+        doc="records admitted per epoch: adaptive (sized to keep epochs near epoch.target.ms, within "
+        "[epoch.min.records, epoch.max.records]) or fixed (each source's max.records.per.epoch)",
+    )
+    epoch_target_ms: int = setting(
+        0,
+        key="epoch.target.ms",
+        check=non_negative,
+        doc="adaptive sizing: the epoch duration aimed at; 0 = trigger.interval.ms (under exactly-once at most "
+        "half of transaction.timeout.ms)",
+    )
+    epoch_min_records: int = setting(
+        1000,
+        key="epoch.min.records",
+        check=positive,
+        doc="adaptive sizing: least records per source and epoch",
+    )
+    epoch_max_records: int = setting(
+        500000,
+        key="epoch.max.records",
+        check=positive,
+        doc="adaptive sizing: most records per source and epoch (a source's max.records.per.epoch lowers it)",
+    )
+    autoscale_policy: str = setting(
+        "off",
+        key="autoscale.policy",
+        choices=SCALING_POLICIES,
+        doc="executor scaling on a cluster: on consumer lag, on utilisation (throughput), on end-to-end "
+        "latency, or off; in local mode decisions are logged only",
+    )
+    autoscale_min_executors: int = setting(
+        1, key="autoscale.min.executors", check=positive, doc="least executors (the job starts with these)"
+    )
+    autoscale_max_executors: int = setting(
+        4, key="autoscale.max.executors", check=positive, doc="most executors"
+    )
+    autoscale_scale_up_lag: int = setting(
+        10000, key="autoscale.scale.up.lag", check=positive, doc="lag policy: add an executor at this lag"
+    )
+    autoscale_scale_down_lag: int = setting(
+        1000,
+        key="autoscale.scale.down.lag",
+        check=non_negative,
+        doc="lag policy: release an executor at or below this lag",
+    )
+    autoscale_target_utilization: float = setting(
+        0.75,
+        key="autoscale.target.utilization",
+        check=_fraction,
+        doc="throughput policy: the share of time the job should spend in epochs; executors follow "
+        "ceil(executors x utilisation / target)",
+    )
+    autoscale_scale_up_latency_ms: int = setting(
+        10000,
+        key="autoscale.scale.up.latency.ms",
+        check=positive,
+        doc="latency policy: add an executor when the end-to-end latency p99 reaches this",
+    )
+    autoscale_scale_down_latency_ms: int = setting(
+        2000,
+        key="autoscale.scale.down.latency.ms",
+        check=non_negative,
+        doc="latency policy: release an executor when the end-to-end latency p99 is at or below this",
+    )
+    autoscale_scale_up_cooldown_ms: int = setting(
+        30000,
+        key="autoscale.scale.up.cooldown.ms",
+        check=non_negative,
+        doc="least time between two scale-ups",
+    )
+    autoscale_scale_down_cooldown_ms: int = setting(
+        120000,
+        key="autoscale.scale.down.cooldown.ms",
+        check=non_negative,
+        doc="least time from any scaling to a scale-down",
+    )
+    autoscale_interval_ms: int = setting(
+        5000, key="autoscale.interval.ms", check=positive, doc="how often the scaling policy is evaluated"
+    )
+
+    @property
+    def epoch_target(self) -> int:
+        """The adaptive sizing target in ms: `epoch.target.ms`, or the trigger interval (under exactly-once capped
+        at half the transaction timeout, so an epoch sized for the target commits well within it)."""
+        if self.epoch_target_ms:
+            return self.epoch_target_ms
+        if self.delivery_guarantee == "exactly-once":
+            return max(1, min(self.trigger_interval_ms, self.transaction_timeout_ms // 2))
+        return self.trigger_interval_ms
+
     def validate(self) -> None:
         """At least one source and one sink; exactly one of `pipeline` and `transform.sql`."""
         if not self.sources or not self.sinks:
@@ -136,6 +235,41 @@ class JobConfig(Model):
             raise ConfigError(
                 "job: set exactly one of pipeline=module:function and transform.sql=SELECT ... "
                 f"(got {'both' if self.pipeline else 'neither'})"
+            )
+        self._validate_scaling()
+
+    def _validate_scaling(self) -> None:
+        if self.epoch_min_records > self.epoch_max_records:
+            raise ConfigError(
+                f"job: epoch.min.records={self.epoch_min_records} exceeds epoch.max.records={self.epoch_max_records}"
+            )
+        if (
+            self.delivery_guarantee == "exactly-once"
+            and self.epoch_target_ms * 2 > self.transaction_timeout_ms
+        ):
+            raise ConfigError(
+                f"job: epoch.target.ms={self.epoch_target_ms} is more than half of transaction.timeout.ms="
+                f"{self.transaction_timeout_ms}: an epoch sized for it could outlive its transaction"
+            )
+        if self.autoscale_min_executors > self.autoscale_max_executors:
+            raise ConfigError(
+                f"job: autoscale.min.executors={self.autoscale_min_executors} exceeds autoscale.max.executors="
+                f"{self.autoscale_max_executors}"
+            )
+        if self.autoscale_scale_down_lag >= self.autoscale_scale_up_lag:
+            raise ConfigError(
+                f"job: autoscale.scale.down.lag={self.autoscale_scale_down_lag} must be below "
+                f"autoscale.scale.up.lag={self.autoscale_scale_up_lag}"
+            )
+        if self.autoscale_scale_down_latency_ms >= self.autoscale_scale_up_latency_ms:
+            raise ConfigError(
+                f"job: autoscale.scale.down.latency.ms={self.autoscale_scale_down_latency_ms} must be below "
+                f"autoscale.scale.up.latency.ms={self.autoscale_scale_up_latency_ms}"
+            )
+        if self.autoscale_policy != "off" and self.passthrough.get("dynamicAllocation.enabled", "") == "true":
+            raise ConfigError(
+                f"job: autoscale.policy={self.autoscale_policy} and spark.dynamicAllocation.enabled=true both "
+                "scale executors; choose one (Spark refuses executor kills under dynamic allocation)"
             )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.errors import ConfigError
 
@@ -38,13 +38,20 @@ def resolve_pipeline(spec: str) -> Pipeline:
 
 @dataclass
 class RunningJob:
-    """The streaming queries of a started job (one per sink), and the run's description (`runtime.description`;
-    None when the job was started without one)."""
+    """The streaming queries of a started job (one per sink), the run's description (`runtime.description`; None
+    when the job was started without one), and the autoscaler watching them (if any: an object with `stop()`, see
+    `runtime.autoscaler`)."""
 
     queries: dict[str, StreamingQuery]
     description: RunDescription | None = None
     #: Released by `stop()` when the job took the app itself (`runner.start` without a guard).
     release: Callable[[], None] | None = None
+    autoscaler: Any = None
+
+    def close(self) -> None:
+        """Stop the run's helpers (the autoscaler); the queries are stopped by `stop()` or the lifecycle."""
+        if self.autoscaler is not None:
+            self.autoscaler.stop()
 
     def await_termination(self, timeout_s: float | None = None) -> None:
         """Wait until every query ends (or `timeout_s` passes); re-raises a query's failure."""

@@ -94,6 +94,7 @@ class ScalingDecision:
         executors_before: Executors before the decision.
         executors_after: Executors asked for by it.
         reason: One line saying why (the figures it acted on).
+        applied: False when the decision was only logged (local mode: there are no executors to change).
     """
 
     time_ms: int
@@ -101,6 +102,7 @@ class ScalingDecision:
     executors_before: int
     executors_after: int
     reason: str
+    applied: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """The decision as a JSON-friendly dict (the fields by name)."""
@@ -110,6 +112,7 @@ class ScalingDecision:
             "executors_before": self.executors_before,
             "executors_after": self.executors_after,
             "reason": self.reason,
+            "applied": self.applied,
         }
 
 
@@ -132,6 +135,24 @@ class Snapshot:
     last_epoch: int | None
     last_epoch_ms: int | None
     failed_epochs: int
+
+
+@dataclass(frozen=True)
+class LoadReading:
+    """Cumulative figures the autoscaler differences between two evaluations (`JobMetrics.load_reading`).
+
+    Attributes:
+        at: `clock()` when taken (seconds).
+        lag: Sum of every partition's lag, or None before Spark reported any.
+        epoch_seconds: Per query, the total time its committed epochs took so far.
+        latency_buckets: The end-to-end latency histogram of every query and source merged (non-cumulative
+            counts per `LATENCY_BUCKETS` bound, `+Inf` last).
+    """
+
+    at: float
+    lag: int | None
+    epoch_seconds: Mapping[str, float]
+    latency_buckets: tuple[int, ...]
 
 
 @dataclass
@@ -174,6 +195,9 @@ class JobMetrics:
         self.commit_seconds: dict[Labels, Histogram] = {}  # (query,)
         self.latency_seconds: dict[Labels, Histogram] = {}  # (query, source)
         self.unclaimed_reports = 0
+        self.epoch_budgets: dict[Labels, int] = {}  # (query, source): adaptive records per epoch
+        self.scaling: dict[Labels, int] = defaultdict(int)  # (action, applied)
+        self.executors: dict[Labels, int] = {}  # (state,): registered | target
         self._decisions: deque[ScalingDecision] = deque(maxlen=MAX_DECISIONS)
 
     # -- feeds ---------------------------------------------------------------------------------------------------
@@ -248,7 +272,52 @@ class JobMetrics:
                     origin = str(operator.get("operatorName") or "stateful operator")
                     self.late[(query, "watermark", origin)] += dropped
 
+    def set_epoch_budget(self, query: str, source: str, records: int) -> None:
+        """The adaptive epoch sizer posted a new budget for `source` in `query` (`runtime.admission`)."""
+        with self._lock:
+            self.epoch_budgets[(query, source)] = records
+
+    def observe_scaling(
+        self,
+        at_ms: int,
+        action: str,
+        before: int,
+        after: int,
+        reason: str,
+        applied: bool,
+        registered: int | None,
+    ) -> None:
+        """Count one evaluation of the scaling policy (`runtime.autoscaler`); scale-ups and scale-downs are also
+        kept as `ScalingDecision`s (the web UI's decisions panel). `registered`: executors registered with the
+        driver now (None in local mode)."""
+        with self._lock:
+            self.scaling[(action, "true" if applied else "false")] += 1
+            self.executors[("target",)] = after
+            if registered is not None:
+                self.executors[("registered",)] = registered
+            if action != "hold":
+                self._decisions.append(ScalingDecision(at_ms, action, before, after, reason, applied))
+
     # -- outputs -------------------------------------------------------------------------------------------------
+    def scaling_decisions(self) -> list[dict[str, Any]]:
+        """The scaling decisions of this run, oldest first (at most `MAX_DECISIONS`), as `ScalingDecision.to_dict`
+        gives them (also under `figures()["decisions"]`, which the web UI shows)."""
+        with self._lock:
+            return [d.to_dict() for d in self._decisions]
+
+    def load_reading(self) -> LoadReading:
+        """The cumulative figures the scaling policy's load is derived from."""
+        with self._lock:
+            merged = [0] * (len(LATENCY_BUCKETS) + 1)
+            for hist in self.latency_seconds.values():
+                merged = [a + b for a, b in zip(merged, hist.buckets, strict=True)]
+            return LoadReading(
+                at=self._clock(),
+                lag=sum(self.lag.values()) if self.lag else None,
+                epoch_seconds={q: h.sum for (q,), h in self.epoch_seconds.items()},
+                latency_buckets=tuple(merged),
+            )
+
     def snapshot(self) -> Snapshot:
         """Job-wide totals now."""
         with self._lock:
@@ -355,6 +424,9 @@ class JobMetrics:
                 histograms("epoch_duration_seconds", "Epoch write time: from the epoch's foreachBatch call to its commit", ("query",), self.epoch_seconds),
                 histograms("transaction_commit_seconds", "Per sink task: send_offsets_to_transaction + commit_transaction", ("query",), self.commit_seconds),
                 histograms("end_to_end_latency_seconds", "Per input record: commit time of its epoch - record timestamp", ("query", "source"), self.latency_seconds),
+                family(GaugeMetricFamily, "epoch_budget_records", "Adaptive sizing: records the next epoch may admit per source", ("query", "source"), self.epoch_budgets),
+                family(CounterMetricFamily, "autoscale_decisions", "Scaling policy evaluations by action (scale-up, scale-down, hold); applied=false in local mode", ("action", "applied"), self.scaling),
+                family(GaugeMetricFamily, "executors", "Executors: registered with the driver, and the target the autoscaler set", ("state",), self.executors),
             ]  # fmt: skip
         yield from families
 
@@ -553,7 +625,12 @@ def open_metrics(spark: SparkSession, loaded: LoadedJob) -> RunMetrics:
     from ethereal_kafka.runtime.progress import ProgressLine
 
     job = loaded.job
-    if not job.metrics_enabled and job.progress == "off" and not job.ui_enabled:
+    if (
+        not job.metrics_enabled
+        and job.progress == "off"
+        and not job.ui_enabled
+        and job.autoscale_policy == "off"
+    ):
         return RunMetrics()
     metrics = JobMetrics(job.app_id, loaded.sources)
     channel = ReportChannel(metrics.add_reports)

@@ -29,6 +29,8 @@ from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.connectors.kafka.clients import close_cached_clients
 from ethereal_kafka.connectors.kafka.epoch_bounds import default_bounds
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.runtime.admission import EpochSizer, sized_source
+from ethereal_kafka.runtime.autoscaler import open_autoscaler
 from ethereal_kafka.runtime.description import RunDescription, write_description
 from ethereal_kafka.runtime.errors import JobFailedError
 from ethereal_kafka.runtime.failure import root_cause
@@ -64,7 +66,8 @@ def job_sources(
 ) -> dict[str, KafkaSourceConfig]:
     """The job's sources as they run: group.id defaults to app.id, initial offsets pinned in the checkpoint, epochs
     bounded and dead letters committed with their epoch under exactly-once (`epoch_bounds.default_bounds` where a
-    bound is left at 0; `dead_letters`), and,
+    bound is left at 0; `dead_letters`), sized within those bounds with `epoch.sizing=adaptive`
+    (`runtime.admission.sized_source`), and,
     when the checkpoint is fresh, the start positions `ethereal-kafka replay` left (`replay_starts`, per source) or
     else `replay.from` applied."""
     out = {}
@@ -80,6 +83,8 @@ def job_sources(
             changes["max_bytes_per_epoch"] = max_bytes
         if exactly_once:
             changes["dlq_delivery"] = "epoch"  # dead letters commit with their epoch (`dead_letters`)
+        # Adaptive sizing stays within the bounds (the transaction timeout's, under exactly-once).
+        changes.update(sized_source(loaded.job, dataclasses.replace(conf, **changes)))  # type: ignore[arg-type]
         if fresh and replay_starts and name in replay_starts:
             changes["starting_offsets"] = replay_starts[name]
         elif fresh and loaded.job.replay_from:
@@ -109,7 +114,9 @@ def start(
     """Build the job's queries under a coordinator and start them (`graph_builder`: see `build_queries`; `metrics`
     and `observers` watch the coordinator from before the first epoch). The run's description (its plan and
     masked configuration, `runtime.description`) is recorded for the app and handed to the observers; the
-    returned job carries it too (`log_dir`: the run's log folder, shown with it).
+    returned job carries it too (`log_dir`: the run's log folder, shown with it). With adaptive epoch sizing the
+    epoch sizer posts each source's first budget before the queries start; with an `autoscale.policy` the
+    autoscaler places the executors before and evaluates once they run (`RunningJob.close()` stops it).
 
     `guard` is this instance's hold on the app (`checkpoint.ownership`), acquired by the caller; without one the
     job takes the app itself (refusing when another instance runs it) and lets it go when the job is stopped.
@@ -194,6 +201,7 @@ def _start(
         [QuerySinks(b.name, b.sinks, b.mode, b.stateful, b.sources) for b in builds],
         replaying=fresh and (job.replay_from is not None or replay_starts is not None),
     )
+    bookkeeping = metrics.metrics if metrics is not None else None
     if metrics is not None:
         metrics.watch(coordinator, side_outputs=[sink for b in builds for sink in b.late_sinks])
     context = spark.sparkContext
@@ -204,6 +212,8 @@ def _start(
         log.warning("could not record the run's description: %s", exc)
     for observer in observers:
         observer.watch(coordinator, description)
+    EpochSizer(job, bookkeeping.set_epoch_budget if bookkeeping is not None else None).watch(coordinator)
+    autoscaler = open_autoscaler(spark, job, bookkeeping, coordinator.gate)
     queries = {}
     for build in builds:
         writer = (
@@ -225,7 +235,11 @@ def _start(
             spark.conf.unset(key) if old is None else spark.conf.set(key, old)
         if len(builds) > 1:
             wait_initialized(queries[build.name])
-    return RunningJob(queries, description, release=guard.release if own else None), coordinator
+    if autoscaler is not None:
+        autoscaler.start()
+    return RunningJob(
+        queries, description, release=guard.release if own else None, autoscaler=autoscaler
+    ), coordinator
 
 
 def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
@@ -278,6 +292,7 @@ def execute(
     job = loaded.job
     metrics = RunMetrics()
     ui: Any = None
+    running: RunningJob | None = None
     coordinator: CheckpointCoordinator | None = None
     guard = guard or own_app(loaded)
     try:
@@ -303,6 +318,8 @@ def execute(
         log.debug("job %s failed", job.app_id, exc_info=True)
         raise JobFailedError(f"job {job.app_id} failed: {root_cause(exc)}{lifecycle.log_hint}") from exc
     finally:
+        if running is not None:
+            running.close()
         if ui is not None:
             ui.close()
         metrics.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,3 +162,19 @@ def check_dead_letters(bootstrap: str, source_topic: str, dlq_topic: str) -> str
     unexpected = len(set(seen) - poison)
     assert poison and (duplicates, lost, unexpected) == (0, 0, 0), (len(poison), duplicates, lost, unexpected)
     return f"dead letters={len(poison)} duplicates={duplicates} lost={lost}"
+
+
+def check_running_totals(bootstrap: str, topic: str, inputs: list[tuple[bytes, bytes]]) -> str:
+    """Assert that the committed output of `eos.running_total` over `inputs` is exact: no (key, count) update twice,
+    every total right, every key's last update there; returns `records=N duplicates=0 lost=0`."""
+    from ethereal_kafka.examples import eos
+
+    updates = [json.loads(r.value or b"") for r in output(bootstrap, topic)]
+    reference = eos.running_total_reference(inputs)
+    seen = Counter((u["key"], u["count"]) for u in updates)
+    duplicates = sum(n - 1 for n in seen.values() if n > 1)
+    wrong = [u for u in updates if reference[u["key"]][u["count"] - 1] != u["total"]]
+    finals = {k: max(c for (key, c) in seen if key == k) for k, _ in seen}
+    lost = sum(1 for k, totals in reference.items() if finals.get(k) != len(totals))
+    assert updates and (duplicates, lost, wrong) == (0, 0, []), (duplicates, lost, wrong[:3])
+    return f"records={len(updates)} duplicates={duplicates} lost={lost}"

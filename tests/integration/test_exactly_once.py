@@ -222,7 +222,7 @@ def test_a_changed_write_layout_is_refused_at_start(
     refused = run_job(files.job, check=False)
     assert isinstance(refused.error, ConfigError), refused.error
     assert "query out: sink.tasks 2 -> 3 since its checkpoint was made" in str(refused.error)
-    assert "Rescaling" in str(refused.error)
+    assert "docs/operations.md#rescaling-a-job" in str(refused.error)
     files.job.write_text(text)
     add_partitions(bs, dst, 3)
     refused = run_job(files.job, check=False)

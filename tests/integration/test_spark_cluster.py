@@ -1,5 +1,6 @@
 """Exactly-once on a real Spark standalone cluster (a master and two workers on 127.0.0.1, from the pip pyspark
-distribution): the job's work runs in executor processes, not in the driver, and the output is still exact.
+distribution; the session's `spark_cluster` fixture, see conftest.py): the job's work runs in executor processes,
+not in the driver, and the output is still exact.
 
 Both deployment paths are covered: `spark-submit` with the documented entry script (master and settings from
 spark-submit), and `ethereal-kafka run` with `spark.master=spark://...` in the job file.
@@ -7,12 +8,9 @@ spark-submit), and `ethereal-kafka run` with `spark.master=spark://...` in the j
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,28 +19,10 @@ from ethereal_kafka.examples import eos
 from ethereal_kafka.faults import FAIL_BEFORE_COMMIT_ENV
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import TopicFactory
-from ethereal_kafka.testing.spark_cluster import StandaloneSparkCluster, alive_workers, daemon_pids
-from tests.integration.eos_helpers import JobFiles, feed, output, write_job
+from ethereal_kafka.testing.spark_cluster import StandaloneSparkCluster, alive_workers
+from tests.integration.eos_helpers import JobFiles, check_running_totals, feed, write_job
 
 pytestmark = pytest.mark.timeout(900)
-
-
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneSparkCluster]:
-    """A master and two 1-core/1 GiB workers for this module; torn down (SIGTERM, then SIGKILL, per process group)
-    with a check that no JVM or Python worker of it is left."""
-    state = tmp_path_factory.mktemp("spark-standalone")
-    cluster = StandaloneSparkCluster(state, workers=2, cores=1, memory="1g")
-    began = time.monotonic()
-    try:
-        cluster.start()
-        print(f"\n[cluster] master {cluster.master_url} and 2 workers up in {time.monotonic() - began:.1f}s")
-        yield cluster
-    finally:
-        cluster.stop()
-        assert cluster.leftover_pids() == [], "a process of the cluster (executor, Python worker) survived"
-        assert daemon_pids(state) == [], "a master or worker JVM survived"
-        print(f"[cluster] stopped, nothing left running; cluster lifetime {time.monotonic() - began:.1f}s")
 
 
 def _job(
@@ -65,15 +45,7 @@ def _job(
 
 
 def _check_exact(bs: str, files: JobFiles, inputs: list[tuple[bytes, bytes]]) -> str:
-    updates = [json.loads(r.value or b"") for r in output(bs, files.sink_topic)]
-    reference = eos.running_total_reference(inputs)
-    seen = Counter((u["key"], u["count"]) for u in updates)
-    duplicates = sum(n - 1 for n in seen.values() if n > 1)
-    wrong = [u for u in updates if reference[u["key"]][u["count"] - 1] != u["total"]]
-    finals = {k: max(c for (key, c) in seen if key == k) for k, _ in seen}
-    lost = sum(1 for k, totals in reference.items() if finals.get(k) != len(totals))
-    assert updates and (duplicates, lost, wrong) == (0, 0, [])
-    return f"records={len(updates)} duplicates={duplicates} lost={lost}"
+    return check_running_totals(bs, files.sink_topic, inputs)
 
 
 def _ran_on_executors(cluster: StandaloneSparkCluster, app_name: str) -> int:

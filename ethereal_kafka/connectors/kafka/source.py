@@ -5,7 +5,9 @@ Options are the connector's `.properties` keys (see `KafkaSourceConfig`), so a c
 
 Contract with Spark (see SPARK-NOTES.md):
 - `initialOffset` runs once per query without a checkpoint; `latestOffset(start, limit)` fixes the end offsets of
-  the next epoch, bounded by `max.records.per.epoch` unless Spark passes `ReadAllAvailable`.
+  the next epoch, bounded by `max.records.per.epoch` unless Spark passes `ReadAllAvailable`, and with adaptive
+  sizing by the budget the job's epoch sizer posted in the checkpoint (`admission`). These driver-side methods run
+  in the Python process Spark starts for the source, not in the driver's Python process.
 - `partitions(start, end)` is a pure function of its arguments: one input partition per Kafka partition with data,
   so a replayed epoch reads exactly the same records.
 - `read` yields Arrow record batches of the Kafka columns plus the decoded key/value fields; poison records are
@@ -35,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
+from ethereal_kafka.connectors.kafka.admission import budget_path, read_budget
 from ethereal_kafka.connectors.kafka.clients import consumer_config
 from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter, DeadLetterReport, leave
 from ethereal_kafka.connectors.kafka.decoding import DecodeStats, SourceLayout, decode_batches
@@ -166,10 +169,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def getDefaultReadLimit(self) -> ReadLimit:
         """`ReadMaxRows` when the source has epoch bounds, or everything available when it has none. Spark asks
         once per query; `latestOffset` applies the bounds as they are at each epoch (the byte budget depends on
-        the record size measured so far)."""
+        the record size measured so far, the adaptive budget on the epochs measured so far)."""
         if self.config.max_records_per_epoch > 0:
             return ReadMaxRows(self.config.max_records_per_epoch)
-        if self.config.max_bytes_per_epoch > 0:
+        if self.config.max_bytes_per_epoch > 0 or budget_path(self.config) is not None:
             return ReadMaxRows(_UNLIMITED_ROWS)
         return ReadAllAvailable()
 
@@ -194,13 +197,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             # The byte budget turns into fewer records as the measured record size grows: bound again now.
             bound = records_bound(self.config)
-            latest = limit_offsets(begin, latest, min(limit.max_rows, bound) if bound > 0 else limit.max_rows)
+            admitted = self.admitted(limit.max_rows)
+            latest = limit_offsets(begin, latest, min(admitted, bound) if bound > 0 else admitted)
         if not self.config.pin_tables:
             return from_flat(latest)
         if self._pinner is None:
             tables = decode_tables(self.config.pin_tables)
             self._pinner = TablePinner(tables, self.config.checkpoint_location)
         return self._pinner.pin(start, from_flat(latest))
+
+    def admitted(self, max_rows: int) -> int:
+        """Offsets the next epoch may admit: the posted adaptive budget (when there is one), never more than
+        `max_rows`. Read at every planning, so the epoch sizer's latest decision applies to the next epoch."""
+        path = budget_path(self.config)
+        budget = read_budget(path) if path is not None else None
+        return max_rows if budget is None else max(1, min(max_rows, budget))
 
     def reportLatestOffset(self) -> SourceOffset | None:
         """The latest offsets, for Spark's progress reports (lag)."""

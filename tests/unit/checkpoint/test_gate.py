@@ -69,3 +69,54 @@ def test_pause_wakes_when_the_gate_closes() -> None:
     began = time.monotonic()
     gate.pause(10)
     assert time.monotonic() - began < 2
+
+
+def test_between_epochs_waits_for_the_epoch_in_flight_and_holds_the_next_back() -> None:
+    gate = EpochGate()
+    entered, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def epoch(n: int) -> None:
+        with gate.epoch("out", n):
+            order.append(f"epoch {n}")
+            entered.set()
+            release.wait(5)
+
+    first = threading.Thread(target=epoch, args=(1,))
+    first.start()
+    entered.wait(5)
+    with gate.between_epochs(0.1) as idle:
+        assert not idle, "an epoch is in flight: nothing is held"
+    release.set()
+    first.join()
+    release.clear()
+    with gate.between_epochs(5) as idle:
+        assert idle
+        second = threading.Thread(target=epoch, args=(2,))
+        second.start()
+        time.sleep(0.3)
+        order.append("between epochs")
+    release.set()
+    second.join(5)
+    assert order == ["epoch 1", "between epochs", "epoch 2"]
+
+
+def test_closing_the_gate_refuses_an_epoch_held_back() -> None:
+    gate = EpochGate()
+    refused: list[BaseException] = []
+
+    def epoch() -> None:
+        try:
+            with gate.epoch("out", 9):
+                pass
+        except EpochRefusedError as exc:
+            refused.append(exc)
+
+    with gate.between_epochs(1) as idle:
+        assert idle
+        waiting = threading.Thread(target=epoch)
+        waiting.start()
+        time.sleep(0.2)
+        gate.close()
+        waiting.join(5)
+    assert len(refused) == 1 and gate.refused() == [("out", 9)]

@@ -47,3 +47,50 @@ def test_shutdown_timeout() -> None:
     )
     with pytest.raises(ConfigError, match="must be > 0"):
         JobConfig.from_properties({**BASE, "pipeline": "m:f", "shutdown.timeout.ms": "0"})
+
+
+def test_epoch_sizing_target_follows_the_trigger_within_half_the_transaction_timeout() -> None:
+    job = JobConfig.from_properties({**BASE, "pipeline": "m:f"})
+    assert (job.epoch_sizing, job.epoch_target, job.epoch_min_records) == ("adaptive", 1000, 1000)
+    capped = {**BASE, "pipeline": "m:f", "trigger.interval.ms": "5000", "transaction.timeout.ms": "6000"}
+    assert JobConfig.from_properties(capped).epoch_target == 3000
+    assert JobConfig.from_properties({**capped, "delivery.guarantee": "at-least-once"}).epoch_target == 5000
+    with pytest.raises(
+        ConfigError, match=r"epoch.target.ms=4000 is more than half of transaction.timeout.ms"
+    ):
+        JobConfig.from_properties({**capped, "epoch.target.ms": "4000"})
+    with pytest.raises(ConfigError, match=r"epoch.min.records=10 exceeds epoch.max.records=5"):
+        JobConfig.from_properties(
+            {**BASE, "pipeline": "m:f", "epoch.min.records": "10", "epoch.max.records": "5"}
+        )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"autoscale.min.executors": "3", "autoscale.max.executors": "2"},
+            "autoscale.min.executors=3 exceeds",
+        ),
+        (
+            {"autoscale.scale.down.lag": "10", "autoscale.scale.up.lag": "10"},
+            "must be below autoscale.scale.up.lag",
+        ),
+        ({"autoscale.target.utilization": "1.5"}, r"expected a fraction in \(0, 1\]"),
+        ({"autoscale.policy": "cpu"}, "expected one of off, lag, throughput, latency"),
+        ({"autoscale.policy": "lag", "spark.dynamicAllocation.enabled": "true"}, "choose one"),
+    ],
+)
+def test_autoscale_settings_are_validated(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        JobConfig.from_properties({**BASE, "pipeline": "m:f", **extra})
+
+
+def test_autoscale_defaults_to_off() -> None:
+    job = JobConfig.from_properties({**BASE, "pipeline": "m:f", "autoscale.policy": "lag"})
+    assert (job.autoscale_min_executors, job.autoscale_max_executors, job.autoscale_interval_ms) == (
+        1,
+        4,
+        5000,
+    )
+    assert JobConfig.from_properties({**BASE, "pipeline": "m:f"}).autoscale_policy == "off"

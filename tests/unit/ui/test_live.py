@@ -58,5 +58,6 @@ def test_epochs_follow_the_earlier_history_and_decisions_show() -> None:
             "executors_before": 1,
             "executors_after": 2,
             "reason": "lag 5000 > 1000",
+            "applied": True,
         }
     ]
