@@ -6,7 +6,7 @@ partitions), and each task's epoch marker says which epochs that task committed.
 replayed epoch sends rows to tasks whose markers cover the epoch already: they skip, and the rows are lost. So the
 layout is recorded beside the query's Spark checkpoint at its first start (`<checkpoint>/<query>/ethereal-kafka/
 layout.json`) and a start with another layout is refused, naming what changed and how to rescale (stop, then
-replay into a fresh checkpoint: docs/operations.md, "Rescaling").
+replay into a fresh checkpoint: docs/operations.md#rescaling-a-job).
 """
 
 from __future__ import annotations
