@@ -34,6 +34,7 @@ from ethereal_kafka.checkpoint.spark_log import (
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import (
     admin_client,
+    bounded_call,
     cluster_metadata,
     group_consumer,
     transactional_producer,
@@ -404,12 +405,12 @@ class CheckpointCoordinator:
                 if not tps:
                     continue
                 consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
-                producer = self._phase_two.get(self._phase_two_id(query, source)) if query else None
-                if producer is not None:
+                txn_id = self._phase_two_id(query, source) if query else None
+                if txn_id is not None and txn_id in self._phase_two:
                     letters = self._take_dead_letters(source, tps)
                     if self._marker_covers(source, tps, checkpoint, epoch):
                         continue  # a replay of an epoch whose phase two committed: its dead letters too
-                    self._commit_in_transaction(producer, consumer, tps, source, letters)
+                    self._commit_in_transaction(txn_id, consumer, tps, source, letters)
                     continue
                 with_retries(
                     f"offset commit for group {source.group}",
@@ -492,34 +493,69 @@ class CheckpointCoordinator:
 
     def _commit_in_transaction(
         self,
-        producer: Producer,
+        txn_id: str,
         consumer: Any,
         tps: list[TopicPartition],
         source: KafkaSourceConfig,
         letters: list[DeadLetter],
     ) -> None:
-        """One transaction of the phase-two producer: the epoch's dead letters of `source` (shuffling queries,
-        `on.error=dlq`), then its end offsets with the marker."""
+        """One transaction of the phase-two producer `txn_id`: the epoch's dead letters of `source` (shuffling
+        queries, `on.error=dlq`), then its end offsets with the marker. Every call that waits on the broker is
+        bounded (`bounded_call`): after a coordinator restart librdkafka's `send_offsets_to_transaction` can block
+        forever, and the epoch must instead go on with a new producer."""
         records = [OutRecord(str(source.dlq_topic), None, d.key, d.value, list(d.headers)) for d in letters]
 
         def commit() -> None:
-            producer.begin_transaction()
+            current = self._phase_two[txn_id]
             try:
-                send_records(producer, records, None)
-                producer.send_offsets_to_transaction(tps, consumer.consumer_group_metadata(), 30)
-                producer.commit_transaction(30)
+                current.begin_transaction()
+                send_records(current, records, None)
+                metadata = consumer.consumer_group_metadata()
+                bounded_call(
+                    "send_offsets_to_transaction",
+                    lambda: current.send_offsets_to_transaction(tps, metadata, 30),
+                )
+                bounded_call("commit_transaction", lambda: current.commit_transaction(30))
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                if error is not None and (error.fatal() or error.code() in _FENCED_CODES):
-                    raise FencedError(
-                        f"app {self.settings.app_id}: another instance took over (the phase-two commit for group "
-                        f"{source.group} was fenced); this one ({self.instance_id}) stops"
-                    ) from exc
-                with contextlib.suppress(KafkaException):
-                    producer.abort_transaction(30)
+                unusable = (
+                    error is None or error.fatal() or error.code() in _FENCED_CODES | {KafkaError._TIMED_OUT}
+                )
+                if not unusable:
+                    try:
+                        bounded_call("abort_transaction", lambda: current.abort_transaction(30))
+                    except KafkaException:
+                        unusable = True
+                if unusable:
+                    # Fenced by another instance (stop), or a producer that cannot go on (a call that never
+                    # returned after a coordinator restart, a fatal error, a failed abort): a new producer for the
+                    # same id fences it and aborts its transaction, and the commit is tried again.
+                    self._renew_phase_two(txn_id, source, exc)
                 raise
 
-        with_retries(f"offset commit for group {source.group}", source.bootstrap_servers, commit, attempts=8)
+        with_retries(
+            f"offset commit for group {source.group}",
+            source.bootstrap_servers,
+            commit,
+            attempts=8,
+            deadline_s=180.0,
+        )
+
+    def _renew_phase_two(self, txn_id: str, source: KafkaSourceConfig, cause: KafkaException) -> None:
+        """Replace a phase-two producer that cannot go on, unless another instance took the app over.
+
+        Raises:
+            FencedError: the owner claim names another instance (its start fenced this one's producer).
+        """
+        try:
+            self.check_owner()
+        except FencedError as exc:
+            raise FencedError(
+                f"{exc}; the phase-two commit for group {source.group} was fenced ({cause})"
+            ) from cause
+        self._phase_two[txn_id] = transactional_producer(
+            txn_id, source.bootstrap_servers, self.settings.transaction_timeout_ms, source.passthrough
+        )
 
     @staticmethod
     def _reads(source: KafkaSourceConfig, topic: str) -> bool:

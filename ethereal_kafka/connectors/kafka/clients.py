@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 from tenacity import (
     RetryError,
@@ -218,6 +218,40 @@ def close_quietly(consumers: Iterable[Consumer]) -> None:
     """Close consumers whose state no longer matters (a close error changes nothing for the caller)."""
     for consumer in consumers:
         _close(consumer)
+
+
+def bounded_call(what: str, call: Callable[[], T], timeout_s: float = 30.0) -> T:
+    """Run a blocking transactional call, giving up after `timeout_s` even when the client does not.
+
+    librdkafka's `send_offsets_to_transaction` ignores its timeout and can block forever once the group
+    coordinator was restarted (confluentinc/librdkafka#5456, #5511; seen here after a broker restart). The call
+    runs in a daemon thread (the client releases the GIL); if it has not returned in time the caller gets a
+    `_TIMED_OUT` error, which is fatal for the producer: the caller abandons it, and the next producer's
+    `init_transactions` for the same transactional id fences it and aborts its transaction. Used by the sink tasks
+    and by the driver's phase-two commits.
+
+    Raises:
+        KafkaException: what the call raised, or `_TIMED_OUT` when it did not return in time.
+    """
+    outcome: dict[str, object] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"ethereal-kafka-{what}", daemon=True).start()
+    if not done.wait(timeout_s + 5.0):
+        raise KafkaException(
+            KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within {timeout_s + 5.0:.0f}s")
+        )
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome.get("value")  # type: ignore[return-value]
 
 
 def with_retries(

@@ -25,7 +25,6 @@ only if needed. A producer lives for one attempt and is closed after it, so a he
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
@@ -35,7 +34,12 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ethereal_kafka import faults
-from ethereal_kafka.connectors.kafka.clients import group_consumer, read_marker, transactional_producer
+from ethereal_kafka.connectors.kafka.clients import (
+    bounded_call,
+    group_consumer,
+    read_marker,
+    transactional_producer,
+)
 from ethereal_kafka.connectors.kafka.dead_letters import forget, take
 from ethereal_kafka.connectors.kafka.encoding import OutRecord, encode_outputs
 from ethereal_kafka.connectors.kafka.epoch_write import (
@@ -81,39 +85,6 @@ _FATAL_CODES = {
 
 def _retriable(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException) and bool(exc.args and exc.args[0].retriable())
-
-
-def _bounded(what: str, call: Callable[[], T], timeout_s: float = CALL_TIMEOUT_S) -> T:
-    """Run a blocking transactional call, giving up after `timeout_s` even when the client does not.
-
-    librdkafka's `send_offsets_to_transaction` ignores its timeout and can block forever once the group
-    coordinator was restarted (confluentinc/librdkafka#5456, #5511; seen here after a broker restart). The call
-    runs in a daemon thread (the client releases the GIL); if it has not returned in time the caller gets a
-    `_TIMED_OUT` error, which is fatal for the attempt: its producer is abandoned and the next producer's
-    `init_transactions` fences it.
-
-    Raises:
-        KafkaException: what the call raised, or `_TIMED_OUT` when it did not return in time.
-    """
-    outcome: dict[str, object] = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as exc:  # handed to the caller's thread below
-            outcome["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name=f"ethereal-kafka-{what}", daemon=True).start()
-    if not done.wait(timeout_s + 5.0):
-        raise KafkaException(
-            KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within {timeout_s + 5.0:.0f}s")
-        )
-    if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
-    return outcome.get("value")  # type: ignore[return-value]
 
 
 def _retry(call: Callable[[], T]) -> T:
@@ -301,13 +272,15 @@ class TransactionalTask:
         metadata = self.consumer.consumer_group_metadata()
         committing = time.perf_counter()
         _retry(
-            lambda: _bounded(
+            lambda: bounded_call(
                 "send_offsets_to_transaction",
                 lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
             )
         )
         self._trace(faults.COMMIT)
-        _retry(lambda: _bounded("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S)))
+        _retry(
+            lambda: bounded_call("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S))
+        )
         self.commit_ms = (time.perf_counter() - committing) * 1000
         self._trace(faults.DONE)
 
@@ -341,7 +314,9 @@ class TransactionalTask:
         if fatal or producer is None:
             return False
         try:
-            _retry(lambda: _bounded("abort_transaction", lambda: producer.abort_transaction(CALL_TIMEOUT_S)))
+            _retry(
+                lambda: bounded_call("abort_transaction", lambda: producer.abort_transaction(CALL_TIMEOUT_S))
+            )
             return True
         except KafkaException:
             return False
