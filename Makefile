@@ -10,6 +10,9 @@ STAMP := $(VENV)/.installed
 # apt-get only when it is missing.
 CHROMIUM := /usr/bin/chromium
 
+# The suite runs on two pytest-xdist workers, each with its own broker and SparkSession (docs/dev/testing.md).
+PYTEST_WORKERS ?= -n 2 --dist loadgroup
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,7 +44,7 @@ browser:
 
 test: lint typecheck browser
 	@run=$$(mktemp -d /tmp/ethereal-kafka-test-XXXXXX); \
-	$(BIN)/pytest tests --basetemp=$$run/pytest; status=$$?; \
+	$(BIN)/pytest tests $(PYTEST_WORKERS) --basetemp=$$run/pytest; status=$$?; \
 	if pgrep -f "[e]thereal.kafka.broker.dir=$$run" >/dev/null; then \
 		echo "FAIL: the test suite left a broker JVM running"; pgrep -af "[e]thereal.kafka.broker.dir=$$run"; exit 1; \
 	else echo "ok: no broker JVM left running by the test suite"; fi; \
