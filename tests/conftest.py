@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-
 #: Modules whose tests share a module-scoped fixture: each runs on one xdist worker.
 _ONE_WORKER_MODULES = ("test_ui.py",)
 
