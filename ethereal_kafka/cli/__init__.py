@@ -20,12 +20,23 @@ from ethereal_kafka.cli import (
 from ethereal_kafka.errors import EtherealKafkaError
 
 
+def package_version() -> str:
+    """The installed distribution's version (`unknown` when the package runs from a bare source tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ethereal-kafka")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser with every sub-command registered."""
     parser = argparse.ArgumentParser(
         prog="ethereal-kafka",
         description="Exactly-once Kafka topic-to-topic stream processing on Apache Spark.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     broker_cmd.register(sub)
     demo_cmd.register(sub)

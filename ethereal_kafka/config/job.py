@@ -275,13 +275,22 @@ class JobConfig(Model):
 
 @dataclasses.dataclass(frozen=True)
 class LoadedJob:
-    """A job file with its connector files loaded and validated."""
+    """A job file with its connector files loaded and validated.
+
+    Attributes:
+        files: The file each connector was loaded from, by connector name (for error lines that name the file).
+    """
 
     path: Path
     job: JobConfig
     sources: Mapping[str, KafkaSourceConfig]
     sinks: Mapping[str, KafkaSinkConfig]
     tables: Mapping[str, KafkaTableConfig] = dataclasses.field(default_factory=dict)
+    files: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+
+    def file_of(self, name: str) -> Path:
+        """The file connector `name` came from (the job file when it is not known)."""
+        return self.files.get(name, self.path)
 
 
 def load_connector(
@@ -314,8 +323,9 @@ def load_job(path: str | Path, env: Mapping[str, str] | None = None) -> LoadedJo
     job = JobConfig.from_properties(load_properties(job_path, env), str(job_path))
     sources: dict[str, KafkaSourceConfig] = {}
     sinks: dict[str, KafkaSinkConfig] = {}
-    for kind, files in (("source", job.sources), ("sink", job.sinks)):
-        for name in files:
+    files: dict[str, Path] = {}
+    for kind, names in (("source", job.sources), ("sink", job.sinks)):
+        for name in names:
             conf = load_connector(job_path.parent / name, env)
             wanted = KafkaSourceConfig if kind == "source" else KafkaSinkConfig
             if not isinstance(conf, wanted):
@@ -328,6 +338,7 @@ def load_job(path: str | Path, env: Mapping[str, str] | None = None) -> LoadedJo
             if conf.name in sources or conf.name in sinks:
                 raise ConfigError(f"{job_path}: two connectors are named {conf.name!r}")
             target[conf.name] = conf  # type: ignore[assignment]
+            files[conf.name] = job_path.parent / name
     tables: dict[str, KafkaTableConfig] = {}
     for name in job.tables:
         table = load_connector(job_path.parent / name, env)
@@ -336,7 +347,8 @@ def load_job(path: str | Path, env: Mapping[str, str] | None = None) -> LoadedJo
         if table.name in sources or table.name in sinks or table.name in tables:
             raise ConfigError(f"{job_path}: two connectors are named {table.name!r}")
         tables[table.name] = table
-    return LoadedJob(job_path, job, sources, sinks, tables)
+        files[table.name] = job_path.parent / name
+    return LoadedJob(job_path, job, sources, sinks, tables, files)
 
 
 def validate_file(path: str | Path, env: Mapping[str, str] | None = None) -> str:

@@ -8,6 +8,7 @@ the model's pass-through prefix (`kafka.`) into `passthrough`. Secrets are maske
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import types
 import typing
@@ -124,11 +125,22 @@ class Model:
         return keys
 
     @classmethod
+    def suggest(cls, key: str) -> str:
+        """`key`, followed by `(did you mean X?)` when a known key is close to it (a typo such as `topcs`)."""
+        candidates = list(cls.settings())
+        head, dot, rest = key.partition(".")
+        prefix = cls.PASSTHROUGH_PREFIX
+        if prefix and dot and rest and difflib.get_close_matches(head + dot, [prefix], cutoff=0.7):
+            candidates.append(prefix + rest)  # `kafak.linger.ms`: the pass-through prefix misspelt
+        close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
+        return f"{key} (did you mean {close[0]}?)" if close else key
+
+    @classmethod
     def from_properties(cls, values: Mapping[str, object], source: str = "") -> Self:
         """Build a validated, frozen instance from string (or already typed) values.
 
         Raises:
-            ConfigError: an unknown key (the message lists the known keys), a missing required key, a value of the
+            ConfigError: an unknown key (the message suggests the closest known key and lists them all), a missing required key, a value of the
                 wrong type or outside its choices.
         """
         where = f"{source}: " if source else ""
@@ -150,7 +162,7 @@ class Model:
                 unknown.append(key)
         if unknown:
             raise ConfigError(
-                f"{where}unknown {cls.SECTION} key(s) {', '.join(sorted(unknown))}; "
+                f"{where}unknown {cls.SECTION} key(s) {', '.join(cls.suggest(k) for k in sorted(unknown))}; "
                 f"known keys: {', '.join(cls.known_keys())}"
             )
         missing = [

@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.runtime.imports import make_importable, search_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -19,20 +21,37 @@ if TYPE_CHECKING:
 Pipeline = Callable[[Mapping[str, "DataFrame"]], "DataFrame | Mapping[str, DataFrame]"]
 
 
-def resolve_pipeline(spec: str) -> Pipeline:
-    """Import `module:function`.
+def resolve_pipeline(spec: str, job_file: str | Path | None = None) -> Pipeline:
+    """Import `module:function`, looking the module up in the job file's folder, then the working directory, then
+    the rest of `sys.path` (`runtime.imports`).
+
+    Called on the driver by the runner (`runtime.transform.dataframe_pipeline`), by the pre-flight checks of
+    `validate` and `run` (`runtime.preflight`) and by the offline UI; the module is imported once per process.
 
     Raises:
-        ConfigError: the module cannot be imported or has no such callable.
+        ConfigError: the module is not found, fails to import, or has no such callable; one line naming `job_file`
+            (when given) and the folders searched.
     """
     module_name, _, attr = spec.partition(":")
+    where = f"{job_file}: " if job_file is not None else ""
+    make_importable(job_file)
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"pipeline={spec}: cannot import {module_name} ({exc})") from exc
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(f"{exc.name}.")):
+            raise ConfigError(
+                f"{where}pipeline={spec}: no module {module_name} in {', '.join(search_path(job_file))} "
+                "or on PYTHONPATH"
+            ) from exc
+        raise ConfigError(f"{where}pipeline={spec}: importing {module_name} failed: {exc}") from exc
+    except Exception as exc:  # a syntax error or a failing import inside the user's module
+        raise ConfigError(
+            f"{where}pipeline={spec}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     function = getattr(module, attr, None)
     if not callable(function):
-        raise ConfigError(f"pipeline={spec}: {module_name} has no function {attr}")
+        origin = getattr(module, "__file__", None) or module_name
+        raise ConfigError(f"{where}pipeline={spec}: {origin} has no function {attr}")
     return function
 
 

@@ -74,7 +74,7 @@ def into_job(
         for name, conf in loaded.sources.items()
     }
     sinks = {name: dataclasses.replace(conf, topic=topic) for name, conf in loaded.sinks.items()}
-    return LoadedJob(loaded.path, job, sources, sinks, loaded.tables)
+    return LoadedJob(loaded.path, job, sources, sinks, loaded.tables, loaded.files)
 
 
 def replay_into(loaded: LoadedJob, starts: Mapping[str, str], topic: str) -> IntoOutcome:

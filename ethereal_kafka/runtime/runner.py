@@ -34,11 +34,13 @@ from ethereal_kafka.runtime.autoscaler import open_autoscaler
 from ethereal_kafka.runtime.description import RunDescription, write_description
 from ethereal_kafka.runtime.errors import JobFailedError
 from ethereal_kafka.runtime.failure import root_cause
+from ethereal_kafka.runtime.imports import export_to_workers
 from ethereal_kafka.runtime.job import RunningJob
 from ethereal_kafka.runtime.lifecycle import JobLifecycle, StopReport
 from ethereal_kafka.runtime.logs import configure_python_logging, default_log_dir, route_spark_logs
 from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
 from ethereal_kafka.runtime.pipeline import build_pipeline
+from ethereal_kafka.runtime.preflight import require_preflight
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -344,14 +346,18 @@ def run(
     One instance runs an app at a time: another running instance makes this one refuse before Spark starts, unless
     `takeover` asks that instance to stop between epochs and hand over (`checkpoint.ownership`).
 
+    Before Spark starts, the job passes the checks `validate` makes (`runtime.preflight`), and the job file's folder
+    is put on the path the driver and Spark's Python workers import the pipeline module from (`runtime.imports`).
+
     Raises:
-        EtherealKafkaError: the job file is invalid, another instance runs the app (`AppRunningError`), the
+        EtherealKafkaError: the job file is invalid or fails a pre-flight check, another instance runs the app (`AppRunningError`), the
             coordinator refuses to start (`ConfigError`, `RecoveryError`, ...), or a query failed
             (`JobFailedError`); each message is one line.
     """
     from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
 
     loaded = load_job(job_path)
+    require_preflight(loaded)  # a mistake costs a second here, not a Spark start
     job = loaded.job
     logs = Path(log_dir) if log_dir else default_log_dir(job.app_id)
     configure_python_logging(logs)
@@ -360,6 +366,7 @@ def run(
     # Before Spark starts (and before the signal handlers): a refusal costs a second, not a session.
     guard = own_app(loaded, takeover)
     lifecycle.install_signal_handlers()
+    export_to_workers(job_path)  # before the JVM starts: its Python workers import the pipeline module too
     try:
         spark = local_session(
             f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=job_spark_conf(loaded)

@@ -69,7 +69,7 @@ def dataframe_pipeline(spark: SparkSession, loaded: LoadedJob) -> Pipeline:
         return sql_pipeline(spark, loaded)
     if loaded.job.pipeline is None:
         raise ConfigError(f"{loaded.path}: set pipeline=module:function or transform.sql=SELECT ...")
-    return resolve_pipeline(loaded.job.pipeline)
+    return resolve_pipeline(loaded.job.pipeline, loaded.path)
 
 
 def quote_identifier(name: str) -> str:

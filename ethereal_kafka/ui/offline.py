@@ -133,7 +133,7 @@ def _graph_without_spark(loaded: LoadedJob) -> dict[str, Any] | None:
     if loaded.job.pipeline is None:
         return None
     try:
-        function: Any = resolve_pipeline(loaded.job.pipeline)
+        function: Any = resolve_pipeline(loaded.job.pipeline, loaded.path)
         if not is_graph_pipeline(function):
             return None
         env = StreamExecutionEnvironment.for_job(loaded)

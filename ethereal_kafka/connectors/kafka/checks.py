@@ -1,10 +1,17 @@
-"""Offline checks of connector configurations (`ethereal-kafka validate`): serde settings, schemas, columns.
+"""Checks of connector configurations before anything runs (`ethereal-kafka validate`, `run` before Spark).
 
-No network: a schema registry is not contacted, so avro settings that read their schema from a registry are only
-checked for completeness.
+Offline: serde settings, schemas, columns (`check_connector`) and the `kafka.*` pass-through settings, judged by
+librdkafka (`check_client_settings`). A schema registry is not contacted, so avro settings that read their schema
+from a registry are only checked for completeness. Online, only when asked (`validate --connect`): the cluster
+answers and the topics exist (`check_topics`).
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
@@ -30,3 +37,81 @@ def check_connector(config: KafkaSourceConfig | KafkaSinkConfig | KafkaTableConf
         spec.build().arrow_type()
     if isinstance(config, KafkaSourceConfig) and offline:
         SourceLayout.from_config(config)
+
+
+def check_client_settings(
+    config: KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig, file: str | Path
+) -> str | None:
+    """Let librdkafka judge the connector's `kafka.*` pass-through settings; returns the problem, or None.
+
+    A client of the connector's kind (a consumer for sources and tables, a producer for sinks) is constructed with
+    the settings and closed at once, before any request is sent: librdkafka refuses an unknown property
+    (`kafka.linger.mss`) or a bad value while it parses the configuration, long before a run would meet it.
+    Called by `ethereal-kafka validate` and by `run` before Spark starts (`runtime.preflight`). Never raises.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    settings: dict[str, Any] = {
+        "bootstrap.servers": config.bootstrap_servers,
+        "logger": _silent_logger(),
+        **config.passthrough,
+    }
+    try:
+        if isinstance(config, KafkaSinkConfig):
+            Producer(settings).flush(0)
+        else:
+            Consumer({**settings, "group.id": "ethereal-kafka-validate"}).close()
+    except KafkaException as exc:
+        error = exc.args[0]
+        reason = error.str() if hasattr(error, "str") else str(error)
+        return f"{file}: librdkafka rejects the kafka.* settings: {reason}"
+    return None
+
+
+def check_topics(
+    bootstrap: str,
+    topics: Mapping[str, Sequence[str]],
+    passthrough: Mapping[str, str] | None = None,
+    timeout_s: float = 10.0,
+) -> list[str]:
+    """Ask the cluster at `bootstrap` whether it answers and has every topic; returns one line per problem.
+
+    Args:
+        bootstrap: The connectors' `bootstrap.servers`.
+        topics: Per connector file, the topics it reads or writes.
+        passthrough: `kafka.*` settings of one of those connectors (security settings reach the cluster).
+        timeout_s: How long the cluster may take to answer the one metadata request.
+
+    Called by `ethereal-kafka validate --connect`. Bounded by `timeout_s`; never raises. librdkafka's own log lines
+    go nowhere: the returned lines name the file, the topic and the address.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    settings: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "socket.connection.setup.timeout.ms": str(int(timeout_s * 1000)),
+        "logger": _silent_logger(),
+        **(passthrough or {}),
+    }
+    admin = AdminClient(settings)
+    try:
+        existing = set(admin.list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        files = ", ".join(str(f) for f in topics)
+        return [f"{files}: Kafka at {bootstrap} did not answer within {timeout_s:g} s ({exc.args[0]})"]
+    return [
+        f"{file}: topic {topic!r} does not exist at {bootstrap}"
+        for file, names in topics.items()
+        for topic in names
+        if topic not in existing
+    ]
+
+
+def _silent_logger() -> logging.Logger:
+    """A logger that drops librdkafka's lines (connection attempts, property warnings) from a check's client."""
+    logger = logging.getLogger("ethereal_kafka.checks.librdkafka")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+    return logger

@@ -21,9 +21,24 @@ def test_unknown_key_is_rejected_with_the_known_keys() -> None:
     with pytest.raises(ConfigError) as info:
         KafkaSourceConfig.from_properties({**BASE, "topic": "x"}, source="orders.properties")
     message = str(info.value)
-    assert message.startswith("orders.properties: unknown kafka source key(s) topic;")
+    assert message.startswith("orders.properties: unknown kafka source key(s) topic (did you mean topics?);")
     assert "known keys:" in message and "topics" in message and "kafka.*" in message
     assert isinstance(info.value, EtherealKafkaError)
+
+
+@pytest.mark.parametrize(
+    ("key", "shown"),
+    [
+        ("grup.id", "grup.id (did you mean group.id?)"),
+        ("starting.offset", "starting.offset (did you mean starting.offsets?)"),
+        ("kafak.linger.ms", "kafak.linger.ms (did you mean kafka.linger.ms?)"),
+        ("colour", "colour"),
+    ],
+)
+def test_unknown_key_gets_the_closest_known_key(key: str, shown: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        KafkaSourceConfig.from_properties({**BASE, key: "x"}, source="orders.properties")
+    assert f"unknown kafka source key(s) {shown};" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,160 @@
+"""The checks a job passes before Spark starts: shared by `ethereal-kafka validate` and `ethereal-kafka run`.
+
+Each check returns problems as lines, each naming the file it comes from:
+
+- every connector's serde settings and schemas (`connectors.kafka.checks.check_connector`);
+- every connector's `kafka.*` settings, judged by librdkafka (`check_client_settings`);
+- the pipeline module and function exist (imported from the job's folder, `runtime.imports`);
+- the source, sink and table names a DataStream pipeline refers to are the job's: the names written as string
+  literals in the pipeline function (`from_source("x")`, `sink_to("x")`, `join_table("x", ...)`), and the graph
+  the function builds when it can be built without Spark;
+- with `connect`, that the brokers answer and every source, sink, table and dead-letter topic exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
+from ethereal_kafka.config.job import LoadedJob
+from ethereal_kafka.connectors.kafka.checks import check_client_settings, check_connector, check_topics
+from ethereal_kafka.errors import ConfigError, EtherealKafkaError
+from ethereal_kafka.runtime.job import resolve_pipeline
+from ethereal_kafka.runtime.pipeline import is_graph_pipeline
+
+Connector = KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig
+
+#: DataStream calls whose first argument names a connector of the job, and the kind of connector it names.
+_NAMING_CALLS = {"from_source": "source", "sink_to": "sink", "join_table": "table"}
+
+
+def preflight(loaded: LoadedJob, connect: bool = False, timeout_s: float = 10.0) -> list[str]:
+    """Every problem the job has that can be found before Spark starts, one line each (empty: none).
+
+    Called by `validate` (which prints every line) and by `runner.run` (`require_preflight`). Imports the pipeline
+    module on the driver (from the job file's folder first). With `connect`, contacts each cluster once, bounded by
+    `timeout_s`. Never raises for a problem it finds.
+    """
+    problems: list[str] = []
+    connectors: dict[str, Connector] = {**loaded.sources, **loaded.sinks, **loaded.tables}
+    for name, config in connectors.items():
+        problems.extend(connector_problems(config, loaded.file_of(name)))
+    problems.extend(pipeline_problems(loaded))
+    if connect:
+        problems.extend(topic_problems({loaded.file_of(n): c for n, c in connectors.items()}, timeout_s))
+    return problems
+
+
+def require_preflight(loaded: LoadedJob) -> None:
+    """Raise on the first offline `preflight` problem (called by `runner.run` before Spark starts).
+
+    Raises:
+        ConfigError: one line: the first problem, and how many more `ethereal-kafka validate` would list.
+    """
+    problems = preflight(loaded)
+    if problems:
+        more = (
+            f" (and {len(problems) - 1} more: ethereal-kafka validate {loaded.path})" if problems[1:] else ""
+        )
+        raise ConfigError(problems[0] + more)
+
+
+def connector_problems(config: Connector, file: str | Path) -> list[str]:
+    """The offline problems of one connector file: its schemas and serde settings, its `kafka.*` settings."""
+    problems = []
+    try:
+        check_connector(config)
+    except ConfigError as exc:
+        text = str(exc)
+        problems.append(text if text.startswith(str(file)) else f"{file}: {text}")
+    client = check_client_settings(config, file)
+    if client is not None:
+        problems.append(client)
+    return problems
+
+
+def topic_problems(connectors: dict[Path, Connector], timeout_s: float = 10.0) -> list[str]:
+    """Per cluster, whether it answers and has the topics the connectors read and write (`check_topics`).
+
+    A source's `topic.pattern` is not checked (its topics may come later); a sink without `topic` writes each
+    row's `topic` column, which cannot be known before it runs.
+    """
+    by_cluster: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    settings: dict[str, Any] = {}
+    for file, config in connectors.items():
+        topics = list(config.topics) if isinstance(config, KafkaSourceConfig) else []
+        if isinstance(config, KafkaSourceConfig) and config.on_error == "dlq" and config.dlq_topic:
+            topics.append(config.dlq_topic)
+        if isinstance(config, KafkaSinkConfig | KafkaTableConfig) and config.topic:
+            topics.append(config.topic)
+        by_cluster[config.bootstrap_servers][str(file)] = topics
+        settings.setdefault(config.bootstrap_servers, config.passthrough)
+    problems = []
+    for bootstrap, topics_by_file in by_cluster.items():
+        problems.extend(check_topics(bootstrap, topics_by_file, settings[bootstrap], timeout_s))
+    return problems
+
+
+def pipeline_problems(loaded: LoadedJob) -> list[str]:
+    """The pipeline module and function exist, and a DataStream pipeline names only the job's connectors."""
+    spec = loaded.job.pipeline
+    if spec is None:
+        return []
+    try:
+        function: Any = resolve_pipeline(spec, loaded.path)
+    except ConfigError as exc:
+        return [str(exc)]
+    if not is_graph_pipeline(function):
+        return []
+    problems = literal_name_problems(loaded, function)
+    return problems or built_graph_problems(loaded, function)
+
+
+def literal_name_problems(loaded: LoadedJob, function: Any) -> list[str]:
+    """The connector names written as string literals in `function`'s body that the job does not define; each
+    line names the module file and line, and the job file."""
+    try:
+        lines, first = inspect.getsourcelines(function)
+        file = inspect.getsourcefile(function) or "<unknown>"
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return []  # no source to read (a builtin, a lambda in a string): the graph check still runs
+    known = {"source": loaded.sources, "sink": loaded.sinks, "table": loaded.tables}
+    problems = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
+            continue
+        kind = _NAMING_CALLS.get(node.func.attr)
+        arg = node.args[0]
+        if kind is None or not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+            continue
+        if arg.value not in known[kind]:
+            defined = ", ".join(known[kind]) or "none"
+            problems.append(
+                f"{file}:{first + node.lineno - 1}: {node.func.attr}({arg.value!r}): the job {loaded.path} has no "
+                f"{kind} named {arg.value!r} ({kind}s: {defined})"
+            )
+    return problems
+
+
+def built_graph_problems(loaded: LoadedJob, function: Any) -> list[str]:
+    """Build `function`'s graph on a Spark-less environment; a framework error (an unknown connector name, a sink
+    written twice) is a problem naming the module file. A pipeline that needs Spark to build (column expressions)
+    stops early and is not judged here: its graph is checked when the job starts."""
+    from ethereal_kafka.api.environment import StreamExecutionEnvironment
+
+    file = inspect.getsourcefile(function) or loaded.path
+    env = StreamExecutionEnvironment.for_job(loaded)
+    try:
+        function(env)
+        env.graph()
+    except EtherealKafkaError as exc:
+        return [f"{file}: {exc} (job {loaded.path})"]
+    except Exception:  # e.g. `F.col` without a SparkContext: not a problem of the job
+        return []
+    return []
