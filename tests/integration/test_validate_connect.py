@@ -1,0 +1,71 @@
+"""`ethereal-kafka validate --connect` asks the real broker whether it answers and has every topic (real processes)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+CLI = str(Path(sys.executable).parent / "ethereal-kafka")
+
+
+def _job(folder: Path, bootstrap: str, source_topic: str, sink_topic: str) -> Path:
+    (folder / "in.properties").write_text(
+        f"connector.class=kafka-source\nname=orders\nbootstrap.servers={bootstrap}\ntopics={source_topic}\n"
+    )
+    (folder / "out.properties").write_text(
+        f"connector.class=kafka-sink\nname=out\nbootstrap.servers={bootstrap}\ntopic={sink_topic}\n"
+    )
+    job = folder / "job.properties"
+    job.write_text(
+        "app.id=connect-check\nsources=in.properties\nsinks=out.properties\n"
+        f"transform.sql=SELECT key, value FROM orders\ncheckpoint.location={folder / 'checkpoint'}\n"
+    )
+    return job
+
+
+def _validate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, "validate", "--connect", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_connect_passes_when_every_topic_exists(
+    tmp_path: Path, kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    job = _job(tmp_path, kafka_bootstrap, topic_factory(), topic_factory())
+    done = _validate(str(job))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{job}: ok (job 'connect-check'") and done.stderr == ""
+
+
+def test_connect_names_the_missing_topic_its_file_and_the_address(
+    tmp_path: Path, kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    job = _job(tmp_path, kafka_bootstrap, topic_factory(), "no-such-topic-validate")
+    done = _validate(str(job))
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"error: {tmp_path / 'out.properties'}: topic 'no-such-topic-validate' does not exist at {kafka_bootstrap}"
+    ]
+    # Without --connect nothing is contacted, and the same job is valid.
+    offline = subprocess.run([CLI, "validate", str(job)], capture_output=True, text=True, timeout=60)
+    assert offline.returncode == 0, offline.stderr
+
+
+def test_connect_names_an_address_that_does_not_answer_within_the_timeout(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    job = _job(tmp_path, address, "orders", "out")
+    began = time.monotonic()
+    done = _validate("--timeout", "2", str(job))
+    elapsed = time.monotonic() - began
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()  # librdkafka's own connection lines stay off the terminal
+    assert line.startswith(
+        f"error: {tmp_path / 'in.properties'}, {tmp_path / 'out.properties'}: Kafka at {address} did not answer "
+        "within 2 s"
+    )
+    assert elapsed < 10
