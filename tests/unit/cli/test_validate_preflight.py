@@ -48,6 +48,13 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([CLI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+def with_pipeline(job_dir: Path, spec: str) -> Path:
+    """The job file of `job_dir`, rewritten to name pipeline `spec`."""
+    job = job_dir / "job.properties"
+    job.write_text(job.read_text().replace("my_jobs.orders:build", spec))
+    return job
+
+
 def error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
     lines = done.stderr.splitlines()
     assert lines and all(line.startswith("error: ") for line in lines), done.stderr
@@ -73,8 +80,7 @@ def test_pipeline_in_the_working_directory_is_found_too(job_dir: Path, tmp_path:
 
 
 def test_missing_pipeline_module(job_dir: Path, tmp_path: Path) -> None:
-    job = job_dir / "job.properties"
-    job.write_text(job.read_text().replace("my_jobs.orders:build", "my_jobs.ordres:build"))
+    job = with_pipeline(job_dir, "my_jobs.ordres:build")
     done = cli("validate", str(job), cwd=tmp_path)
     assert done.returncode == 1
     [line] = error_lines(done)
@@ -84,8 +90,7 @@ def test_missing_pipeline_module(job_dir: Path, tmp_path: Path) -> None:
 
 
 def test_missing_pipeline_function(job_dir: Path, tmp_path: Path) -> None:
-    job = job_dir / "job.properties"
-    job.write_text(job.read_text().replace("my_jobs.orders:build", "my_jobs.orders:bulid"))
+    job = with_pipeline(job_dir, "my_jobs.orders:bulid")
     done = cli("validate", str(job), cwd=tmp_path)
     assert done.returncode == 1
     [line] = error_lines(done)
@@ -131,8 +136,7 @@ def test_unknown_key_gets_a_suggestion_naming_the_file(job_dir: Path, tmp_path: 
 
 def test_run_refuses_before_spark_starts(job_dir: Path, tmp_path: Path) -> None:
     """`run` makes the same checks first: a bad pipeline costs about a second, and no broker is contacted."""
-    job = job_dir / "job.properties"
-    job.write_text(job.read_text().replace("my_jobs.orders:build", "my_jobs.orders:bulid"))
+    job = with_pipeline(job_dir, "my_jobs.orders:bulid")
     began = time.monotonic()
     done = cli("run", str(job), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
     elapsed = time.monotonic() - began
