@@ -11,7 +11,10 @@ def register(sub: Any) -> None:
     """Add the `demo` sub-command."""
     parser = sub.add_parser("demo", help="run the demo topic-to-topic job on a local broker and local Spark")
     parser.add_argument(
-        "--connectors", type=Path, default=Path("connectors"), help="connector .properties folder"
+        "--connectors",
+        type=Path,
+        default=None,
+        help="folder holding demo-job.properties and its connector files (default: the copies the package ships)",
     )
     parser.add_argument("--records", type=int, default=2000, help="orders to feed into the input topic")
     parser.set_defaults(handler=run)

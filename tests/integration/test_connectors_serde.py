@@ -232,10 +232,11 @@ def test_sink_routes_by_topic_column_with_headers(
     assert all(dict(r.headers) == {"origin": src.encode()} for r in got_even + got_odd)
 
 
-def test_connector_files_in_the_repo_validate() -> None:
+def test_demo_connector_files_validate() -> None:
     from ethereal_kafka.config import validate_file
+    from ethereal_kafka.demo import demo_job_file
 
-    for path in sorted((REPO / "connectors").glob("*.properties")):
+    for path in sorted(demo_job_file().parent.glob("*.properties")):
         assert ": ok (" in validate_file(path, env={"ETHEREAL_KAFKA_BOOTSTRAP": "127.0.0.1:1"})
 
 

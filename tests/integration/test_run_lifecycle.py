@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ethereal_kafka.demo import demo_orders, expected_large, expected_revenue
+from ethereal_kafka.demo import demo_job_file, demo_orders, expected_large, expected_revenue
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare
@@ -23,7 +23,7 @@ from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from ethereal_kafka.testing.spark_cluster import session_pids
 from tests.integration.eos_helpers import feed, pairs, write_job
 
-DEMO_JOB = Path(__file__).resolve().parents[2] / "connectors" / "demo-job.properties"
+DEMO_JOB = demo_job_file()
 RUN = [sys.executable, "-m", "ethereal_kafka.cli", "run"]
 
 
@@ -91,7 +91,7 @@ def test_sigterm_ends_the_epoch_in_flight_and_a_restart_is_exact(
     run_job: RunJob,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The demo job (`connectors/demo-job.properties`: large orders, and revenue per customer per 10 s window) runs
+    """The demo job (`ethereal_kafka/demo/job/demo-job.properties`: large orders, and revenue per customer per 10 s window) runs
     as a processor; SIGTERM while it works stops it between epochs with exit 0; a restart finishes the input; a
     read_committed consumer sees both references exactly."""
     bs = kafka_cluster.bootstrap

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ethereal_kafka.cli import main
+from ethereal_kafka.demo import demo_job_file
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -17,8 +18,10 @@ def _write(tmp_path: Path, name: str, text: str) -> str:
     return str(path)
 
 
-def test_repo_connectors_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
-    files = sorted(str(p) for p in (REPO / "connectors").glob("*.properties"))
+def test_shipped_demo_and_example_files_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    folders = (demo_job_file().parent, REPO / "connectors" / "examples")
+    files = sorted(str(p) for folder in folders for p in folder.glob("*.properties"))
+    assert len(files) > 4
     assert main(["validate", *files]) == 0
     out = capsys.readouterr().out
     assert out.count(": ok (") == len(files)

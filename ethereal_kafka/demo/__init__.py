@@ -5,6 +5,9 @@ offsets commit with its output), the windowed revenue is a Spark-native tumbling
 markers). The demo starts its own local broker (state in a temporary directory), feeds the input topic, runs the
 job from the connector `.properties` files until the input is consumed (`availableNow`), prints what came out
 (read_committed), checks it against a plain-Python reference, and stops everything it started.
+
+The job and connector files ship in the package (`ethereal_kafka/demo/job/`, `demo_job_file()`), so the demo runs
+from any working directory of an installed package, not only from a repository checkout.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import os
 import tempfile
 import time
 from collections import defaultdict
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.broker import BrokerSettings, LocalBroker
 from ethereal_kafka.config import load_job
+from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.testing.kafka_io import create_topic, produce, read_committed
 
 if TYPE_CHECKING:
@@ -30,6 +35,18 @@ WINDOW_MS = 10_000
 OUT_OF_ORDER_MS = 2_000
 #: Event time of the first demo order (2026-01-01T00:00:00Z); orders are ~0.7 s apart, a few out of order.
 BASE_TS = 1_767_225_600_000
+
+
+def demo_job_file() -> Path:
+    """The demo's job file as shipped in the package (its connector files sit beside it).
+
+    Raises:
+        ConfigError: the package was installed without its data files (not a real folder on disk).
+    """
+    job = Path(str(files(__package__ or "ethereal_kafka.demo") / "job" / "demo-job.properties"))
+    if not job.is_file():
+        raise ConfigError(f"the demo's job file is missing from the installed package ({job})")
+    return job
 
 
 def demo_orders(count: int) -> list[tuple[bytes, bytes]]:
@@ -77,7 +94,7 @@ def expected_revenue(orders: list[tuple[bytes, bytes]]) -> dict[tuple[str, int],
 
 
 def pipeline(env: StreamExecutionEnvironment) -> None:
-    """The demo pipeline (named in `connectors/demo-job.properties`)."""
+    """The demo pipeline (named in the demo's job file, `demo_job_file()`)."""
     from pyspark.sql import functions as F
 
     from ethereal_kafka.api import Time, TumblingEventTimeWindows, WatermarkStrategy
@@ -103,8 +120,11 @@ def pipeline(env: StreamExecutionEnvironment) -> None:
     )
 
 
-def run_demo(connectors: Path, records: int) -> None:
-    """Run the whole demo (see module docstring); raises on any failure so `make demo` exits non-zero."""
+def run_demo(connectors: Path | None, records: int) -> None:
+    """Run the whole demo (see module docstring); raises on any failure so `make demo` exits non-zero.
+
+    `connectors`: a folder holding `demo-job.properties` and its connector files; None = the files the package ships.
+    """
     from ethereal_kafka.runtime.runner import start, stop_session
     from ethereal_kafka.runtime.spark import local_session
 
@@ -118,7 +138,7 @@ def run_demo(connectors: Path, records: int) -> None:
         os.environ["ETHEREAL_KAFKA_BOOTSTRAP"] = status.bootstrap
         os.environ["ETHEREAL_KAFKA_STATE"] = str(state)
         os.environ["DEMO_RUN"] = state.name.rsplit("-", 1)[-1]  # a fresh app.id (and history) per demo run
-        loaded = load_job(connectors / "demo-job.properties")
+        loaded = load_job(demo_job_file() if connectors is None else connectors / "demo-job.properties")
         source = loaded.sources["orders"]
         print(f"[demo] job:    {loaded.job!r}")
         print(f"[demo] source: {source!r}")
