@@ -34,7 +34,9 @@ def test_the_demo_job_resolves_and_validates_outside_a_checkout(tmp_path: Path) 
     ]
     done = subprocess.run([CLI, "validate", str(job)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"{job}: ok (job 'ethereal-kafka-demo-0', sources orders, sinks large-orders")
+    assert done.stdout.startswith(
+        f"{job}: ok (job 'ethereal-kafka-demo-0', sources orders, sinks large-orders"
+    )
 
 
 def test_the_package_data_declares_the_demo_files() -> None:
