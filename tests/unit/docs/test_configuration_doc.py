@@ -37,5 +37,9 @@ def documented_keys(heading: str) -> set[str]:
 def test_every_accepted_key_is_documented_and_every_documented_key_accepted(heading: str) -> None:
     accepted = set(SECTIONS[heading].known_keys())
     documented = documented_keys(heading)
-    assert not accepted - documented, f"{heading}: accepted but not documented: {sorted(accepted - documented)}"
-    assert not documented - accepted, f"{heading}: documented but not accepted: {sorted(documented - accepted)}"
+    assert not accepted - documented, (
+        f"{heading}: accepted but not documented: {sorted(accepted - documented)}"
+    )
+    assert not documented - accepted, (
+        f"{heading}: documented but not accepted: {sorted(documented - accepted)}"
+    )
