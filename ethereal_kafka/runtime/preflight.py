@@ -33,30 +33,35 @@ Connector = KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig
 _NAMING_CALLS = {"from_source": "source", "sink_to": "sink", "join_table": "table"}
 
 
-def preflight(loaded: LoadedJob, connect: bool = False, timeout_s: float = 10.0) -> list[str]:
+def preflight(
+    loaded: LoadedJob, connect: bool = False, timeout_s: float = 10.0, pipeline: bool = True
+) -> list[str]:
     """Every problem the job has that can be found before Spark starts, one line each (empty: none).
 
     Called by `validate` (which prints every line) and by `runner.run` (`require_preflight`). Imports the pipeline
-    module on the driver (from the job file's folder first). With `connect`, contacts each cluster once, bounded by
+    module on the driver (from the job file's folder first) unless `pipeline` is False (a script-style run brings
+    its own graph, `StreamExecutionEnvironment.execute`). With `connect`, contacts each cluster once, bounded by
     `timeout_s`. Never raises for a problem it finds.
     """
     problems: list[str] = []
     connectors: dict[str, Connector] = {**loaded.sources, **loaded.sinks, **loaded.tables}
     for name, config in connectors.items():
         problems.extend(connector_problems(config, loaded.file_of(name)))
-    problems.extend(pipeline_problems(loaded))
+    if pipeline:
+        problems.extend(pipeline_problems(loaded))
     if connect:
         problems.extend(topic_problems({loaded.file_of(n): c for n, c in connectors.items()}, timeout_s))
     return problems
 
 
-def require_preflight(loaded: LoadedJob) -> None:
-    """Raise on the first offline `preflight` problem (called by `runner.run` before Spark starts).
+def require_preflight(loaded: LoadedJob, pipeline: bool = True) -> None:
+    """Raise on the first offline `preflight` problem (called by `runner.run` before Spark starts; `pipeline`: as
+    for `preflight`).
 
     Raises:
         ConfigError: one line: the first problem, and how many more `ethereal-kafka validate` would list.
     """
-    problems = preflight(loaded)
+    problems = preflight(loaded, pipeline=pipeline)
     if problems:
         more = (
             f" (and {len(problems) - 1} more: ethereal-kafka validate {loaded.path})" if problems[1:] else ""

@@ -357,7 +357,8 @@ def run(
     from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
 
     loaded = load_job(job_path)
-    require_preflight(loaded)  # a mistake costs a second here, not a Spark start
+    # A mistake costs a second here, not a Spark start (a graph_builder replaces the job's pipeline).
+    require_preflight(loaded, pipeline=graph_builder is None)
     job = loaded.job
     logs = Path(log_dir) if log_dir else default_log_dir(job.app_id)
     configure_python_logging(logs)
