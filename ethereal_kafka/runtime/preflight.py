@@ -5,9 +5,10 @@ Each check returns problems as lines, each naming the file it comes from:
 - every connector's serde settings and schemas (`connectors.kafka.checks.check_connector`);
 - every connector's `kafka.*` settings, judged by librdkafka (`check_client_settings`);
 - the pipeline module and function exist (imported from the job's folder, `runtime.imports`);
-- the source, sink and table names a DataStream pipeline refers to are the job's: the names written as string
-  literals in the pipeline function (`from_source("x")`, `sink_to("x")`, `join_table("x", ...)`), and the graph
-  the function builds when it can be built without Spark;
+- the source, sink and table names the pipeline refers to are the job's: the names written as string literals in
+  the pipeline function (`from_source("x")`, `sink_to("x")`, `join_table("x", ...)`; a DataFrame pipeline's
+  `sources["x"]` and `return {"x": frame}`), and the graph a DataStream pipeline builds when it can be built
+  without Spark;
 - with `connect`, that the brokers answer and every source, sink, table and dead-letter topic exists.
 """
 
@@ -106,7 +107,7 @@ def topic_problems(connectors: dict[Path, Connector], timeout_s: float = 10.0) -
 
 
 def pipeline_problems(loaded: LoadedJob) -> list[str]:
-    """The pipeline module and function exist, and a DataStream pipeline names only the job's connectors."""
+    """The pipeline module and function exist, and the connector names it uses are the job's."""
     spec = loaded.job.pipeline
     if spec is None:
         return []
@@ -114,15 +115,19 @@ def pipeline_problems(loaded: LoadedJob) -> list[str]:
         function: Any = resolve_pipeline(spec, loaded.path)
     except ConfigError as exc:
         return [str(exc)]
-    if not is_graph_pipeline(function):
-        return []
     problems = literal_name_problems(loaded, function)
-    return problems or built_graph_problems(loaded, function)
+    if problems or not is_graph_pipeline(function):
+        return problems
+    return built_graph_problems(loaded, function)
 
 
 def literal_name_problems(loaded: LoadedJob, function: Any) -> list[str]:
     """The connector names written as string literals in `function`'s body that the job does not define; each
-    line names the module file and line, and the job file."""
+    line names the module file and line, and the job file.
+
+    A DataStream pipeline names them in calls (`from_source("x")`, `sink_to("x")`, `join_table("x", ...)`); a
+    DataFrame pipeline `f(sources)` reads `sources["x"]` (or `sources.get("x")`) and returns `{"sink": frame}`.
+    """
     try:
         lines, first = inspect.getsourcelines(function)
         file = inspect.getsourcefile(function) or "<unknown>"
@@ -130,21 +135,55 @@ def literal_name_problems(loaded: LoadedJob, function: Any) -> list[str]:
     except (OSError, TypeError, SyntaxError):
         return []  # no source to read (a builtin, a lambda in a string): the graph check still runs
     known = {"source": loaded.sources, "sink": loaded.sinks, "table": loaded.tables}
+    graph = is_graph_pipeline(function)
+    params = list(inspect.signature(function).parameters)
+    frames = params[0] if params and not graph else None
     problems = []
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
-            continue
-        kind = _NAMING_CALLS.get(node.func.attr)
-        arg = node.args[0]
-        if kind is None or not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
-            continue
-        if arg.value not in known[kind]:
-            defined = ", ".join(known[kind]) or "none"
-            problems.append(
-                f"{file}:{first + node.lineno - 1}: {node.func.attr}({arg.value!r}): the job {loaded.path} has no "
-                f"{kind} named {arg.value!r} ({kind}s: {defined})"
-            )
+        for kind, used, how in _named(node, frames) if not graph else _called(node):
+            if used not in known[kind]:
+                defined = ", ".join(known[kind]) or "none"
+                line = first + getattr(node, "lineno", 1) - 1
+                problems.append(
+                    f"{file}:{line}: {how}: the job {loaded.path} has no {kind} named {used!r} ({kind}s: {defined})"
+                )
     return problems
+
+
+def _literal(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _called(node: ast.AST) -> list[tuple[str, str, str]]:
+    """(kind, name, how) for a DataStream call naming a connector with a literal."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+        kind, name = _NAMING_CALLS.get(node.func.attr), _literal(node.args[0])
+        if kind is not None and name is not None:
+            return [(kind, name, f"{node.func.attr}({name!r})")]
+    return []
+
+
+def _named(node: ast.AST, frames: str | None) -> list[tuple[str, str, str]]:
+    """(kind, name, how) for a DataFrame pipeline's `frames["x"]`, `frames.get("x")` and `return {"x": ...}`."""
+
+    def is_frames(value: ast.AST) -> bool:
+        return frames is not None and isinstance(value, ast.Name) and value.id == frames
+
+    if isinstance(node, ast.Subscript) and is_frames(node.value) and (name := _literal(node.slice)):
+        return [("source", name, f"{frames}[{name!r}]")]
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and is_frames(node.func.value)
+        and node.args
+        and (name := _literal(node.args[0]))
+    ):
+        return [("source", name, f"{frames}.get({name!r})")]
+    if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+        keys = [_literal(k) for k in node.value.keys]
+        return [("sink", k, f"return {{{k!r}: ...}}") for k in keys if k is not None]
+    return []
 
 
 def built_graph_problems(loaded: LoadedJob, function: Any) -> list[str]:

@@ -143,3 +143,20 @@ def test_run_refuses_before_spark_starts(job_dir: Path, tmp_path: Path) -> None:
     assert done.returncode == 1
     assert error_lines(done)[-1].endswith(f"{job_dir / 'my_jobs' / 'orders.py'} has no function bulid")
     assert elapsed < 10, f"run took {elapsed:.1f}s to refuse (Spark started?)"
+
+
+def test_dataframe_pipeline_names_the_job_does_not_define(job_dir: Path, tmp_path: Path) -> None:
+    module = job_dir / "my_jobs" / "frames.py"
+    module.write_text(
+        "def build(sources):\n"
+        "    orders = sources['order']\n"
+        "    return {'large-orders': orders, 'revenue': orders}\n"
+    )
+    job = with_pipeline(job_dir, "my_jobs.frames:build")
+    done = cli("validate", str(job), cwd=tmp_path)
+    assert done.returncode == 1
+    assert sorted(error_lines(done)) == [
+        f"error: {module}:2: sources['order']: the job {job} has no source named 'order' (sources: orders)",
+        f"error: {module}:3: return {{'revenue': ...}}: the job {job} has no sink named 'revenue' "
+        "(sinks: large-orders)",
+    ]
