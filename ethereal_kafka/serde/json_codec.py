@@ -38,6 +38,7 @@ from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.serde.base import Codec, DecodeResult, SerdeSpec
 from ethereal_kafka.serde.ddl import DdlError, parse_ddl
 from ethereal_kafka.serde.errors import SerdeError
+from ethereal_kafka.serde.json_encode import StructEncoder, struct_encoder
 
 #: Chunks of at most this many records are parsed one by one when their bulk read fails.
 _BISECT_MIN = 32
@@ -68,6 +69,8 @@ class JsonCodec(Codec):
             raise ConfigError(f"{spec.field}.schema={spec.spark_ddl!r}: {exc}") from exc
         self._schema = pa.schema(list(self._type))
         self._vectorized = all(_arrow_reads(f.type) for f in self._type)
+        #: Column-wise encoders by the struct type of the encoded column (None: that type goes row by row).
+        self._plans: dict[pa.DataType, StructEncoder | None] = {}
 
     def arrow_type(self) -> pa.DataType:
         """The declared struct, all fields nullable."""
@@ -162,6 +165,9 @@ class JsonCodec(Codec):
     def encode(self, values: pa.Array, topic: str) -> list[bytes | None]:
         """Encode a struct column as JSON objects (declared fields, declared order); string/binary pass through.
 
+        A struct batch is written column by column (`json_encode`) when its plan can write it byte for byte as
+        the row-by-row path below does; otherwise, and to name the row of an error, it goes row by row.
+
         Raises:
             SerdeError: the column lacks a declared field or has an unsupported type (row 0), or a row holds a
                 value JSON cannot represent (NaN, infinity).
@@ -181,6 +187,9 @@ class JsonCodec(Codec):
                 f"the column has no field(s) {', '.join(missing)} declared in {self.spec.field}.schema"
             )
             raise self._encode_error(str(exc), 0, topic, None, exc) from exc
+        fast = self._encode_planned(values)
+        if fast is not None:
+            return fast
         out: list[bytes | None] = []
         for i, row in enumerate(values.to_pylist()):
             if row is None:
@@ -194,6 +203,14 @@ class JsonCodec(Codec):
             except (ValueError, TypeError) as exc:
                 raise self._encode_error(str(exc), i, topic, row, exc) from exc
         return out
+
+    def _encode_planned(self, values: pa.StructArray) -> list[bytes | None] | None:
+        """The column-wise encoding (`json_encode`) of a struct batch, or None to encode it row by row."""
+        plans = self._plans
+        if values.type not in plans:
+            plans[values.type] = struct_encoder(values.type, [f.name for f in self._type])
+        encoder = plans[values.type]
+        return None if encoder is None else encoder(values)
 
 
 def _arrow_reads(t: pa.DataType) -> bool:
