@@ -9,7 +9,7 @@ Arrow batches of 10,000 rows (Spark's `maxRecordsPerBatch`), then measures CPU-s
     plus plain `json.dumps` and `orjson.dumps` loops over ready dicts, the floor a hand-written job pays;
   - decode: `JsonCodec.decode` of the encoded records;
   - sink: `encode_outputs` + `send_records` into a producer that drops records (serialization and the produce
-    loop without librdkafka).
+    loop without librdkafka), with its batches and with one `OutRecord` per record as before.
 Writes bench/results/serde.json.
 """
 
@@ -20,7 +20,7 @@ import datetime as dt
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import write_result
 
 from ethereal_kafka.config import KafkaSinkConfig
-from ethereal_kafka.connectors.kafka.encoding import SinkOutput, encode_outputs, sink_specs
+from ethereal_kafka.connectors.kafka.encoding import (
+    EncodedBatch,
+    OutRecord,
+    SinkOutput,
+    encode_outputs,
+    sink_specs,
+)
 from ethereal_kafka.connectors.kafka.sink import send_records
 from ethereal_kafka.serde import SerdeSpec
 from ethereal_kafka.serde.json_codec import JsonCodec
@@ -56,7 +62,7 @@ def bids(records: int) -> list[pa.StructArray]:
                     pa.array([2000 + i % 7919 for i in rows], pa.int64()),
                     pa.array([round(10 + (i * 37 % 100000) / 100, 2) for i in rows], pa.float64()),
                     pa.array([CHANNELS[i % 4] for i in rows]),
-                    pa.array([f"https://www.nexmark.com/{i % 613:x}/item.htm?query=1" for i in rows]),
+                    pa.array([f"https://nexmark.io/{i % 613:x}/i.htm" for i in rows]),
                     pa.array(
                         [start + dt.timedelta(milliseconds=i) for i in rows], pa.timestamp("us", tz="UTC")
                     ),
@@ -78,11 +84,20 @@ class RowByRowJsonCodec(JsonCodec):
 class DroppingProducer:
     """Accepts every record and keeps nothing: the produce loop's cost without librdkafka."""
 
-    def produce(self, topic: str, **kwargs: Any) -> None:
+    def produce(
+        self, topic: str, value: bytes | None = None, key: bytes | None = None, **kwargs: Any
+    ) -> None:
         pass
 
     def poll(self, timeout: float) -> int:
         return 0
+
+
+def per_record(batches: Iterable[EncodedBatch]) -> Iterator[OutRecord]:
+    """The sink's records one object each, as the sink produced them before `EncodedBatch`."""
+    for batch in batches:
+        for key, value in zip(batch.keys, batch.values, strict=True):
+            yield OutRecord(batch.topic, None, key, value, None)  # type: ignore[arg-type]
 
 
 def cpu_per_million(records: int, work: Callable[[], object]) -> tuple[float, object]:
@@ -135,6 +150,11 @@ def main() -> None:
     figures["sink_encode_and_produce"], sent = cpu_per_million(
         args.records,
         lambda: send_records(DroppingProducer(), encode_outputs(outputs, tables), None),  # type: ignore[arg-type]
+    )
+    assert sent == args.records
+    figures["sink_one_object_per_record"], sent = cpu_per_million(
+        args.records,
+        lambda: send_records(DroppingProducer(), per_record(encode_outputs(outputs, tables)), None),  # type: ignore[arg-type]
     )
     assert sent == args.records
 
