@@ -24,7 +24,6 @@ import base64
 import binascii
 import datetime as dt
 import decimal
-import io
 import json
 import math
 from collections.abc import Sequence
@@ -44,6 +43,9 @@ from ethereal_kafka.serde.json_encode import StructEncoder, struct_encoder
 _BISECT_MIN = 32
 #: At most this many failed bulk reads are split again per batch; after that, failures go record by record.
 _BISECT_BUDGET = 256
+#: A record Arrow's reader may take: after stripping ASCII whitespace, one line from "{" to "}". (This also keeps a
+#: bare `null` record away from the Arrow reader, which crashes on one in first position.)
+_SINGLE_OBJECT_LINE = r"^[ \t\n\r\x0b\x0c]*\{[^\n\r]*\}[ \t\n\r\x0b\x0c]*$"
 
 _INT_RANGES = {
     8: (-(2**7), 2**7 - 1),
@@ -85,32 +87,34 @@ class JsonCodec(Codec):
         half read again (a bounded number of times), so a few bad records cost a few extra bulk reads and only
         the small chunks around them are parsed record by record.
         """
-        data: list[bytes | None] = raw.to_pylist()
-        candidates = [
-            i for i, d in enumerate(data) if d is not None and self._vectorized and _single_object_line(d)
-        ]
-        order, parts, rejected = self._read_bisecting(data, candidates)
-        if len(order) == len(data) and len(parts) == 1:
+        candidates: list[int] = []
+        if self._vectorized and len(raw):
+            single = pc.fill_null(pc.match_substring_regex(raw.cast(pa.binary()), _SINGLE_OBJECT_LINE), False)
+            candidates = pc.indices_nonzero(single).to_pylist()
+        order, parts, rejected = self._read_bisecting(raw, candidates)
+        if len(order) == len(raw) and len(parts) == 1:
             return DecodeResult(parts[0], {})
         in_bulk = set(order)
-        slow = sorted(set(rejected) | {i for i, d in enumerate(data) if d is not None and i not in in_bulk})
+        valid = raw.is_valid().to_pylist()
+        slow = sorted(set(rejected) | {i for i, ok in enumerate(valid) if ok and i not in in_bulk})
         rows: list[Any] = []
         errors: dict[int, SerdeError] = {}
         for i in slow:
+            data: bytes = raw[i].as_py()
             try:
-                rows.append(self._decode_one(data[i]))  # type: ignore[arg-type]
+                rows.append(self._decode_one(data))
             except (ValueError, TypeError, OverflowError, decimal.InvalidOperation) as exc:
-                errors[i] = self._decode_error(str(exc), i, data[i], topics, partitions, offsets, exc)
+                errors[i] = self._decode_error(str(exc), i, data, topics, partitions, offsets, exc)
                 rows.append(None)
         parts.append(pa.array(rows, type=self._type))
-        positions: list[int | None] = [None] * len(data)
+        positions: list[int | None] = [None] * len(raw)
         for k, i in enumerate(order + slow):
             positions[i] = k
         values = pc.take(pa.concat_arrays(parts), pa.array(positions, pa.int64()))
         return DecodeResult(values, errors)
 
     def _read_bisecting(
-        self, data: list[bytes | None], indices: list[int]
+        self, raw: pa.Array, indices: list[int]
     ) -> tuple[list[int], list[pa.Array], list[int]]:
         """Bulk-read `indices`, halving chunks that fail; return (rows read in bulk in order, their arrays, rest)."""
         order: list[int] = []
@@ -118,9 +122,11 @@ class JsonCodec(Codec):
         rejected: list[int] = []
         pending = [indices] if indices else []
         budget = _BISECT_BUDGET
+        whole = len(indices) == len(raw)
         while pending:
             chunk = pending.pop()
-            values = self._read_batch([data[i] for i in chunk])  # type: ignore[misc]
+            records = raw if whole and len(chunk) == len(raw) else raw.take(pa.array(chunk, pa.int64()))
+            values = self._read_batch(records)
             if values is not None:
                 order += chunk
                 parts.append(values)
@@ -132,14 +138,18 @@ class JsonCodec(Codec):
                 pending += [chunk[middle:], chunk[:middle]]
         return order, parts, rejected
 
-    def _read_batch(self, records: list[bytes]) -> pa.Array | None:
+    def _read_batch(self, records: pa.Array) -> pa.Array | None:
         # Every record is one line starting with "{" and ending with "}", so it yields at least one row: the row
         # count equals the record count exactly when each record is one object, which keeps rows aligned.
-        buffer = b"\n".join(records)
+        lines = pc.binary_join_element_wise(records.cast(pa.binary()), b"\n", b"")
+        _, offsets_buffer, data_buffer = lines.buffers()
+        ends = pa.Array.from_buffers(pa.int32(), len(lines) + 1, [None, offsets_buffer], offset=lines.offset)
+        start, stop = ends[0].as_py(), ends[-1].as_py()
+        buffer = data_buffer.slice(start, stop - start)
         try:
             table = pa_json.read_json(
-                io.BytesIO(buffer),
-                read_options=pa_json.ReadOptions(block_size=max(1 << 20, len(buffer) + 1)),
+                pa.BufferReader(buffer),
+                read_options=pa_json.ReadOptions(block_size=max(1 << 20, stop - start + 1)),
                 parse_options=pa_json.ParseOptions(
                     explicit_schema=self._schema, unexpected_field_behavior="ignore"
                 ),
@@ -228,12 +238,6 @@ def _arrow_reads(t: pa.DataType) -> bool:
         or pa.types.is_string(t)
         or pa.types.is_decimal(t)
     )
-
-
-def _single_object_line(data: bytes) -> bool:
-    # Also keeps a bare `null` record away from the Arrow reader, which crashes on one in first position.
-    stripped = data.strip()
-    return stripped[:1] == b"{" and stripped[-1:] == b"}" and b"\n" not in stripped and b"\r" not in stripped
 
 
 def _reject_constant(name: str) -> None:
