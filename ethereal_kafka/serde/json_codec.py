@@ -21,7 +21,6 @@ Encoding writes every declared field in declared order, nulls included, compact 
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime as dt
 import decimal
 import json
@@ -37,6 +36,7 @@ from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.serde.base import Codec, DecodeResult, SerdeSpec
 from ethereal_kafka.serde.ddl import DdlError, parse_ddl
 from ethereal_kafka.serde.errors import SerdeError
+from ethereal_kafka.serde.json_decode import RowDecoder
 from ethereal_kafka.serde.json_encode import StructEncoder, struct_encoder
 
 #: Chunks of at most this many records are parsed one by one when their bulk read fails.
@@ -46,13 +46,6 @@ _BISECT_BUDGET = 256
 #: A record Arrow's reader may take: after stripping ASCII whitespace, one line from "{" to "}". (This also keeps a
 #: bare `null` record away from the Arrow reader, which crashes on one in first position.)
 _SINGLE_OBJECT_LINE = r"^[ \t\n\r\x0b\x0c]*\{[^\n\r]*\}[ \t\n\r\x0b\x0c]*$"
-
-_INT_RANGES = {
-    8: (-(2**7), 2**7 - 1),
-    16: (-(2**15), 2**15 - 1),
-    32: (-(2**31), 2**31 - 1),
-    64: (-(2**63), 2**63 - 1),
-}
 
 
 class JsonCodec(Codec):
@@ -71,6 +64,7 @@ class JsonCodec(Codec):
             raise ConfigError(f"{spec.field}.schema={spec.spark_ddl!r}: {exc}") from exc
         self._schema = pa.schema(list(self._type))
         self._vectorized = all(_arrow_reads(f.type) for f in self._type)
+        self._row_decoder = RowDecoder(self._type)
         #: Column-wise encoders by the struct type of the encoded column (None: that type goes row by row).
         self._plans: dict[pa.DataType, StructEncoder | None] = {}
 
@@ -164,13 +158,7 @@ class JsonCodec(Codec):
         )
 
     def _decode_one(self, data: bytes) -> dict[str, Any]:
-        try:
-            obj = json.loads(data, parse_constant=_reject_constant)
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"not UTF-8 JSON: {exc.reason} at byte {exc.start}") from exc
-        if not isinstance(obj, dict):
-            raise ValueError(f"expected a JSON object, got JSON {_json_kind(obj)}")
-        return {f.name: _from_json(obj.get(f.name), f.type, f.name) for f in self._type}
+        return self._row_decoder(data)
 
     def encode(self, values: pa.Array, topic: str) -> list[bytes | None]:
         """Encode a struct column as JSON objects (declared fields, declared order); string/binary pass through.
@@ -224,7 +212,7 @@ class JsonCodec(Codec):
 
 
 def _arrow_reads(t: pa.DataType) -> bool:
-    """True if Arrow's JSON reader converts `t` exactly as `_from_json` does."""
+    """True if Arrow's JSON reader converts `t` exactly as `json_decode.field_converter` does."""
     if pa.types.is_struct(t):
         return all(_arrow_reads(f.type) for f in t)
     if pa.types.is_list(t):
@@ -238,102 +226,6 @@ def _arrow_reads(t: pa.DataType) -> bool:
         or pa.types.is_string(t)
         or pa.types.is_decimal(t)
     )
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _from_json(value: Any, t: pa.DataType, path: str) -> Any:
-    """Convert a `json.loads` value to the Python value Arrow builds `t` from; ValueError/TypeError if it can't."""
-    if value is None:
-        return None
-    if pa.types.is_boolean(t):
-        if isinstance(value, bool):
-            return value
-    elif pa.types.is_integer(t):
-        if isinstance(value, int) and not isinstance(value, bool):
-            low, high = _INT_RANGES[t.bit_width]
-            if not low <= value <= high:
-                raise ValueError(f"{path}: {value} is out of range for {t}")
-            return value
-    elif pa.types.is_floating(t):
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif pa.types.is_string(t):
-        if isinstance(value, str):
-            return value
-    elif pa.types.is_decimal(t):
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
-            return _decimal(value, t, path)
-    elif pa.types.is_timestamp(t):
-        if isinstance(value, str):
-            return _timestamp(value, t, path)
-    elif pa.types.is_date(t):
-        if isinstance(value, str):
-            return dt.date.fromisoformat(value)
-    elif pa.types.is_binary(t):
-        if isinstance(value, str):
-            try:
-                return base64.b64decode(value, validate=True)
-            except binascii.Error as exc:
-                raise ValueError(f"{path}: not base64: {exc}") from exc
-    elif pa.types.is_list(t):
-        if isinstance(value, list):
-            return [_from_json(v, t.value_type, f"{path}[{i}]") for i, v in enumerate(value)]
-    elif pa.types.is_map(t):
-        if isinstance(value, dict):
-            if not pa.types.is_string(t.key_type):
-                raise TypeError(f"{path}: JSON objects only map to map<string,...>, not {t}")
-            return [(k, _from_json(v, t.item_type, f"{path}.{k}")) for k, v in value.items()]
-    elif pa.types.is_struct(t):
-        if isinstance(value, dict):
-            return {f.name: _from_json(value.get(f.name), f.type, f"{path}.{f.name}") for f in t}
-    else:
-        raise TypeError(f"{path}: unsupported type {t}")
-    raise TypeError(f"{path}: expected {t}, got JSON {_json_kind(value)} {_short(value)}")
-
-
-def _decimal(value: str | int | float, t: pa.Decimal128Type, path: str) -> decimal.Decimal:
-    number = decimal.Decimal(str(value)) if not isinstance(value, str) else decimal.Decimal(value.strip())
-    if not number.is_finite():
-        raise ValueError(f"{path}: {value!r} is not a finite decimal")
-    scaled = number.quantize(decimal.Decimal(1).scaleb(-t.scale))
-    if scaled != number:
-        raise ValueError(f"{path}: {value!r} has more than {t.scale} decimal places")
-    if len(scaled.as_tuple().digits) > t.precision:
-        raise ValueError(f"{path}: {value!r} has more than {t.precision} digits")
-    return scaled
-
-
-def _timestamp(value: str, t: pa.TimestampType, path: str) -> dt.datetime:
-    try:
-        parsed = dt.datetime.fromisoformat(value.strip())
-    except ValueError as exc:
-        raise ValueError(f"{path}: {value!r} is not an ISO-8601 timestamp") from exc
-    if t.tz is None:
-        return parsed.replace(tzinfo=None)
-    if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=dt.UTC)
-    return parsed.astimezone(dt.UTC)
-
-
-def _json_kind(value: Any) -> str:
-    kinds = {
-        type(None): "null",
-        bool: "boolean",
-        int: "number",
-        float: "number",
-        str: "string",
-        list: "array",
-        dict: "object",
-    }
-    return kinds.get(type(value), type(value).__name__)
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _to_json(value: Any, t: pa.DataType) -> Any:
