@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import decimal
 import json
 import math
 from collections.abc import Sequence
@@ -35,7 +34,6 @@ import pyarrow.json as pa_json
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.serde.base import Codec, DecodeResult, SerdeSpec
 from ethereal_kafka.serde.ddl import DdlError, parse_ddl
-from ethereal_kafka.serde.errors import SerdeError
 from ethereal_kafka.serde.json_decode import RowDecoder
 from ethereal_kafka.serde.json_encode import StructEncoder, struct_encoder
 
@@ -91,16 +89,13 @@ class JsonCodec(Codec):
         in_bulk = set(order)
         valid = raw.is_valid().to_pylist()
         slow = sorted(set(rejected) | {i for i, ok in enumerate(valid) if ok and i not in in_bulk})
-        rows: list[Any] = []
-        errors: dict[int, SerdeError] = {}
-        for i in slow:
-            data: bytes = raw[i].as_py()
-            try:
-                rows.append(self._decode_one(data))
-            except (ValueError, TypeError, OverflowError, decimal.InvalidOperation) as exc:
-                errors[i] = self._decode_error(str(exc), i, data, topics, partitions, offsets, exc)
-                rows.append(None)
-        parts.append(pa.array(rows, type=self._type))
+        records = raw.take(pa.array(slow, pa.int64())).to_pylist() if slow else []
+        decoded, failures = self._decode_records(records)
+        errors = {
+            slow[k]: self._decode_error(str(exc), slow[k], records[k], topics, partitions, offsets, exc)
+            for k, exc in sorted(failures.items())
+        }
+        parts.append(decoded)
         positions: list[int | None] = [None] * len(raw)
         for k, i in enumerate(order + slow):
             positions[i] = k
@@ -157,8 +152,9 @@ class JsonCodec(Codec):
             [table.column(name).combine_chunks() for name in self._schema.names], fields=list(self._type)
         )
 
-    def _decode_one(self, data: bytes) -> dict[str, Any]:
-        return self._row_decoder(data)
+    def _decode_records(self, records: list[bytes]) -> tuple[pa.StructArray, dict[int, Exception]]:
+        """The records Arrow's reader did not take, decoded one by one (see `json_decode.RowDecoder`)."""
+        return self._row_decoder.decode_many(records)
 
     def encode(self, values: pa.Array, topic: str) -> list[bytes | None]:
         """Encode a struct column as JSON objects (declared fields, declared order); string/binary pass through.

@@ -37,23 +37,70 @@ _INT_RANGES = {
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
+#: What a record that does not decode raises (the codec turns each into a SerdeError of that record).
+DECODE_ERRORS = (ValueError, TypeError, OverflowError, decimal.InvalidOperation)
+
+
 class RowDecoder:
-    """Decodes one JSON record to a dict of the declared fields (built once per codec; called per record)."""
+    """Decodes JSON records to the declared struct (built once per codec)."""
 
     def __init__(self, t: pa.StructType) -> None:
-        self._fields = [(f.name, field_converter(f.type)) for f in t]
+        self._type = t
+        self._columns = [(f.name, f.type, _column_types(f.type), field_converter(f.type)) for f in t]
 
-    def __call__(self, data: bytes) -> dict[str, Any]:
-        """The record's declared fields; missing fields and JSON nulls are None.
+    def decode_many(self, records: list[bytes]) -> tuple[pa.StructArray, dict[int, Exception]]:
+        """The struct of `records` (a record that fails is null) and each failure's exception by position.
 
-        Raises:
-            ValueError, TypeError, OverflowError, decimal.InvalidOperation: the record is not one JSON object or a
-                field does not convert to its type (the message names the field).
+        Gives the values and errors of calling the decoder on each record, field by field in declared order, but
+        works column by column: a column of plain values of the right Python types goes to Arrow in one call.
         """
-        obj = _parse(data)
-        if not isinstance(obj, dict):
-            raise ValueError(f"expected a JSON object, got JSON {json_kind(obj)}")
-        return {name: convert(obj.get(name), name) for name, convert in self._fields}
+        errors: dict[int, Exception] = {}
+        objects: list[dict[str, Any]] = []
+        for i, data in enumerate(records):
+            try:
+                obj = _parse(data)
+                if not isinstance(obj, dict):
+                    raise ValueError(f"expected a JSON object, got JSON {json_kind(obj)}")
+            except DECODE_ERRORS as exc:
+                errors[i] = exc
+                obj = {}
+            objects.append(obj)
+        arrays = []
+        for name, t, plain_types, convert in self._columns:
+            values = [obj.get(name) for obj in objects]
+            array = None
+            if plain_types is not None and set(map(type, values)) <= plain_types:
+                try:
+                    array = pa.array(values, t)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                    array = None  # e.g. out of range: the converter names the record and the limit
+            if array is None:
+                for i, value in enumerate(values):
+                    if i in errors:
+                        values[i] = None
+                        continue
+                    try:
+                        values[i] = convert(value, name)
+                    except DECODE_ERRORS as exc:
+                        errors[i] = exc
+                        values[i] = None
+                array = pa.array(values, t)
+            arrays.append(array)
+        mask = pa.array([i in errors for i in range(len(records))], pa.bool_()) if errors else None
+        return pa.StructArray.from_arrays(arrays, fields=list(self._type), mask=mask), errors
+
+
+def _column_types(t: pa.DataType) -> set[type] | None:
+    """The Python types of parsed values a column of `t` takes as they are (None: each value is converted)."""
+    if pa.types.is_boolean(t):
+        return {bool, type(None)}
+    if pa.types.is_integer(t):
+        return {int, type(None)}
+    if pa.types.is_floating(t):
+        return {float, int, type(None)}
+    if pa.types.is_string(t):
+        return {str, type(None)}
+    return None
 
 
 def _parse(data: bytes) -> Any:
