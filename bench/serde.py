@@ -5,9 +5,10 @@
 Builds N bids of the issue-12 shape (~145 B of JSON: auction, bidder, price, channel, url, date_time, extra) in
 Arrow batches of 10,000 rows (Spark's `maxRecordsPerBatch`), then measures CPU-seconds per million records
 (`time.process_time`) of:
-  - encode: `JsonCodec.encode` column-wise (new) and row by row (the encoder before the plan), checking equal bytes;
-    plus plain `json.dumps` and `orjson.dumps` loops over ready dicts, the floor a hand-written job pays;
-  - decode: `JsonCodec.decode` of the encoded records;
+  - encode: `JsonCodec.encode` now (new) and at `--baseline` (old: its module read from git), checking equal bytes;
+    plus plain `json.dumps` and `orjson.dumps` loops over ready dicts, what a hand-written job pays;
+  - decode: `JsonCodec.decode` of the encoded records, new and old, checking equal values; and the same with a
+    `date` field added (on a fifth of the records), which sends every record down the record-by-record path;
   - sink: `encode_outputs` + `send_records` into a producer that drops records (serialization and the produce
     loop without librdkafka), with its batches and with one `OutRecord` per record as before.
 Writes bench/results/serde.json.
@@ -18,8 +19,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,9 @@ from ethereal_kafka.serde.json_codec import JsonCodec
 
 DDL = "auction bigint, bidder bigint, price double, channel string, url string, date_time timestamp, extra string"
 BATCH = 10_000
+REPO = Path(__file__).resolve().parents[1]
+#: main before the vectorised codec (issue 12): the "old" figures.
+BASELINE = "cde144e"
 CHANNELS = ["Google", "Facebook", "Baidu", "Apple"]
 
 
@@ -74,13 +80,6 @@ def bids(records: int) -> list[pa.StructArray]:
     return batches
 
 
-class RowByRowJsonCodec(JsonCodec):
-    """The codec with the column-wise plan switched off: every struct batch is encoded row by row."""
-
-    def _encode_planned(self, values: pa.StructArray) -> None:
-        return None
-
-
 class DroppingProducer:
     """Accepts every record and keeps nothing: the produce loop's cost without librdkafka."""
 
@@ -106,23 +105,51 @@ def cpu_per_million(records: int, work: Callable[[], object]) -> tuple[float, ob
     return (time.process_time() - started) * 1_000_000 / records, result
 
 
+def baseline_codec(revision: str, spec: SerdeSpec) -> Any:
+    """`JsonCodec` as it was at `revision` (its module read from git; the rest of the package is today's), or None
+    when git cannot show it (e.g. a shallow clone)."""
+    shown = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{revision}:ethereal_kafka/serde/json_codec.py"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if shown.returncode != 0:
+        print(f"no baseline: git show {revision} failed ({shown.stderr.strip()})")
+        return None
+    module = types.ModuleType("baseline_json_codec")
+    exec(compile(shown.stdout, f"{revision}:json_codec.py", "exec"), module.__dict__)
+    return module.JsonCodec(spec)
+
+
+def decode_all(codec: Any, raw: list[pa.Array]) -> list[Any]:
+    positions = list(range(BATCH))
+    return [codec.decode(r, ["t"] * len(r), [0] * len(r), positions[: len(r)]) for r in raw]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument(
+        "--baseline",
+        default=BASELINE,
+        help="git revision whose JsonCodec is the 'old' column (default: %(default)s)",
+    )
     args = parser.parse_args()
     batches = bids(args.records)
     spec = SerdeSpec("value", "json", spark_ddl=DDL)
-    new, old = JsonCodec(spec), RowByRowJsonCodec(spec)
+    new, old = JsonCodec(spec), baseline_codec(args.baseline, spec)
     figures: dict[str, float] = {}
 
     figures["encode_new"], encoded = cpu_per_million(
         args.records, lambda: [new.encode(b, "t") for b in batches]
     )
-    figures["encode_row_by_row"], reference = cpu_per_million(
-        args.records, lambda: [old.encode(b, "t") for b in batches]
-    )
-    if encoded != reference:
-        raise SystemExit("the column-wise encoder wrote different bytes")
+    if old is not None:
+        figures["encode_old"], reference = cpu_per_million(
+            args.records, lambda: [old.encode(b, "t") for b in batches]
+        )
+        if encoded != reference:
+            raise SystemExit("the new encoder wrote different bytes")
     flat = [record for part in encoded for record in part]  # type: ignore[attr-defined]
     size = sum(len(r) for r in flat) / len(flat)
     dicts = [json.loads(r) for r in flat[:200_000]]
@@ -136,11 +163,29 @@ def main() -> None:
     figures["orjson_dumps_loop"] = fast / share
 
     raw = [pa.array(part, pa.binary()) for part in encoded]  # type: ignore[attr-defined]
-    positions = list(range(BATCH))
-    figures["decode"], _ = cpu_per_million(
-        args.records,
-        lambda: [new.decode(r, ["t"] * len(r), [0] * len(r), positions[: len(r)]) for r in raw],
+    figures["decode_new"], decoded = cpu_per_million(args.records, lambda: decode_all(new, raw))
+    if old is not None:
+        figures["decode_old"], expected = cpu_per_million(args.records, lambda: decode_all(old, raw))
+        if [d.values for d in decoded] != [d.values for d in expected]:  # type: ignore[attr-defined]
+            raise SystemExit("the new decoder read different values")
+    # A `date` field keeps every record off Arrow's bulk reader: the record-by-record path.
+    dated_spec = SerdeSpec("value", "json", spark_ddl=DDL + ", day date")
+    dated = [
+        pa.array([r[:-1] + b',"day":"2026-11-01"}' for r in part], pa.binary())
+        for part in encoded[: max(1, len(encoded) // 5)]  # type: ignore[index]
+    ]
+    dated_records = sum(len(d) for d in dated)
+    dated_new = JsonCodec(dated_spec)
+    figures["decode_record_by_record_new"], decoded = cpu_per_million(
+        dated_records, lambda: decode_all(dated_new, dated)
     )
+    dated_old = baseline_codec(args.baseline, dated_spec)
+    if dated_old is not None:
+        figures["decode_record_by_record_old"], expected = cpu_per_million(
+            dated_records, lambda: decode_all(dated_old, dated)
+        )
+        if [d.values for d in decoded] != [d.values for d in expected]:  # type: ignore[attr-defined]
+            raise SystemExit("the new record-by-record decoder read different values")
 
     config = KafkaSinkConfig.from_properties(
         {"bootstrap.servers": "127.0.0.1:9", "topic": "out", "value.column": "*", "key.column": "-"}

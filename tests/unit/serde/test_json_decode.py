@@ -118,3 +118,22 @@ def test_a_lone_surrogate_escape_is_a_bad_record_not_a_failed_batch() -> None:
     result = decode(SerdeSpec("value", "json", spark_ddl=DDL), [b'{"name": "\\ud800"}', b'{"id": 5}'])
     assert list(result.errors) == [0] and "lone surrogate" in result.errors[0].message
     assert result.values.to_pylist()[1]["id"] == 5
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batch_decodes_as_its_records_one_at_a_time(seed: int) -> None:
+    # Column by column, a record's error is still its first failing field in declared order, and a column that
+    # cannot go to Arrow in one call (a bad value, a range) costs no other record its value.
+    r = random.Random(seed)
+    records = [*EDGE_RECORDS, *(random_record(r) for _ in range(300))]
+    decoder = json_decode.RowDecoder(SerdeSpec("value", "json", spark_ddl=DDL).build().arrow_type())
+    batch, errors = decoder.decode_many(records)
+    alone = [decoder.decode_many([record]) for record in records]
+    assert batch.to_pylist() == [values.to_pylist()[0] for values, _ in alone]
+    assert {i: str(e) for i, e in errors.items()} == {i: str(e[0]) for i, (_, e) in enumerate(alone) if e}
+
+
+def test_the_first_failing_field_names_the_error() -> None:
+    decoder = json_decode.RowDecoder(SerdeSpec("value", "json", spark_ddl=DDL).build().arrow_type())
+    _, errors = decoder.decode_many([b'{"id": 1}', b'{"small": 999, "id": "x", "name": 3}'])
+    assert list(errors) == [1] and str(errors[1]).startswith("id: expected int64")
