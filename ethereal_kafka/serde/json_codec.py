@@ -1,8 +1,8 @@
 """The `json` format: one JSON object per record, typed by a Spark DDL field list.
 
 Decoding reads a whole batch with Arrow's JSON reader and an explicit schema (unexpected fields ignored); only when
-that fails, or for records it cannot read safely, are records parsed one by one with `json.loads` to find the bad
-ones. Both paths accept the same inputs: a record is good when it is one JSON object whose declared fields convert
+that fails, or for records it cannot read safely, are records parsed one by one (`json_decode`: orjson, or
+`json.loads` where the two could differ) to find the bad ones. Both paths accept the same inputs: a record is good when it is one JSON object whose declared fields convert
 to their type without loss (missing fields and JSON nulls are null; an int field rejects 1.5 and "1"; a decimal
 rejects digits beyond its scale).
 
@@ -15,7 +15,9 @@ JSON representation of special types, both ways:
     binary: base64 string.
     map<string,T>: JSON object.
     float/double: NaN and infinities are not JSON: encoding them is an error, decoding rejects them.
-Encoding writes every declared field in declared order, nulls included, compact (`{"a":1,"b":null}`).
+Encoding writes every declared field in declared order, nulls included, compact (`{"a":1,"b":null}`): the bytes of
+`json.dumps(..., separators=(",", ":"), ensure_ascii=False)`. A struct batch is encoded column by column
+(`json_encode`); the row-by-row path here stays the reference and handles what that plan does not (and errors).
 """
 
 from __future__ import annotations

@@ -80,14 +80,17 @@ def struct_encoder(t: pa.StructType, names: Sequence[str]) -> StructEncoder | No
             return _with_nulls(values, [b"{}"] * len(values))
         flat = values.flatten()
         parts: list[Any] = []
-        for (index, child), separator in zip(children, separators, strict=True):
-            text = child(flat[index])
-            if text is None:
-                return None
-            parts += [separator, pc.fill_null(text, "null")]
         try:
+            for (index, child), separator in zip(children, separators, strict=True):
+                text = child(flat[index])
+                if text is None:
+                    return None
+                parts += [separator, pc.fill_null(text, "null")]
             rows = pc.binary_join_element_wise(*parts, "}", "")
-        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # e.g. a batch beyond 2 GB of text
+        except (
+            pa.ArrowInvalid,
+            pa.ArrowCapacityError,
+        ):  # e.g. a batch beyond 2 GB of text in one string array
             return None
         return _with_nulls(values, rows.cast(pa.binary()).to_pylist())
 
