@@ -1,8 +1,8 @@
 """The `json` format: one JSON object per record, typed by a Spark DDL field list.
 
 Decoding reads a whole batch with Arrow's JSON reader and an explicit schema (unexpected fields ignored); only when
-that fails, or for records it cannot read safely, are records parsed one by one with `json.loads` to find the bad
-ones. Both paths accept the same inputs: a record is good when it is one JSON object whose declared fields convert
+that fails, or for records it cannot read safely, are records parsed one by one (`json_decode`: orjson, or
+`json.loads` where the two could differ) to find the bad ones. Both paths accept the same inputs: a record is good when it is one JSON object whose declared fields convert
 to their type without loss (missing fields and JSON nulls are null; an int field rejects 1.5 and "1"; a decimal
 rejects digits beyond its scale).
 
@@ -15,16 +15,15 @@ JSON representation of special types, both ways:
     binary: base64 string.
     map<string,T>: JSON object.
     float/double: NaN and infinities are not JSON: encoding them is an error, decoding rejects them.
-Encoding writes every declared field in declared order, nulls included, compact (`{"a":1,"b":null}`).
+Encoding writes every declared field in declared order, nulls included, compact (`{"a":1,"b":null}`): the bytes of
+`json.dumps(..., separators=(",", ":"), ensure_ascii=False)`. A struct batch is encoded column by column
+(`json_encode`); the row-by-row path here stays the reference and handles what that plan does not (and errors).
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime as dt
-import decimal
-import io
 import json
 import math
 from collections.abc import Sequence
@@ -37,19 +36,16 @@ import pyarrow.json as pa_json
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.serde.base import Codec, DecodeResult, SerdeSpec
 from ethereal_kafka.serde.ddl import DdlError, parse_ddl
-from ethereal_kafka.serde.errors import SerdeError
+from ethereal_kafka.serde.json_decode import RowDecoder
+from ethereal_kafka.serde.json_encode import StructEncoder, struct_encoder
 
 #: Chunks of at most this many records are parsed one by one when their bulk read fails.
 _BISECT_MIN = 32
 #: At most this many failed bulk reads are split again per batch; after that, failures go record by record.
 _BISECT_BUDGET = 256
-
-_INT_RANGES = {
-    8: (-(2**7), 2**7 - 1),
-    16: (-(2**15), 2**15 - 1),
-    32: (-(2**31), 2**31 - 1),
-    64: (-(2**63), 2**63 - 1),
-}
+#: A record Arrow's reader may take: after stripping ASCII whitespace, one line from "{" to "}". (This also keeps a
+#: bare `null` record away from the Arrow reader, which crashes on one in first position.)
+_SINGLE_OBJECT_LINE = r"^[ \t\n\r\x0b\x0c]*\{[^\n\r]*\}[ \t\n\r\x0b\x0c]*$"
 
 
 class JsonCodec(Codec):
@@ -68,6 +64,9 @@ class JsonCodec(Codec):
             raise ConfigError(f"{spec.field}.schema={spec.spark_ddl!r}: {exc}") from exc
         self._schema = pa.schema(list(self._type))
         self._vectorized = all(_arrow_reads(f.type) for f in self._type)
+        self._row_decoder = RowDecoder(self._type)
+        #: Column-wise encoders by the struct type of the encoded column (None: that type goes row by row).
+        self._plans: dict[pa.DataType, StructEncoder | None] = {}
 
     def arrow_type(self) -> pa.DataType:
         """The declared struct, all fields nullable."""
@@ -82,32 +81,31 @@ class JsonCodec(Codec):
         half read again (a bounded number of times), so a few bad records cost a few extra bulk reads and only
         the small chunks around them are parsed record by record.
         """
-        data: list[bytes | None] = raw.to_pylist()
-        candidates = [
-            i for i, d in enumerate(data) if d is not None and self._vectorized and _single_object_line(d)
-        ]
-        order, parts, rejected = self._read_bisecting(data, candidates)
-        if len(order) == len(data) and len(parts) == 1:
+        candidates: list[int] = []
+        if self._vectorized and len(raw):
+            single = pc.fill_null(pc.match_substring_regex(raw.cast(pa.binary()), _SINGLE_OBJECT_LINE), False)
+            candidates = pc.indices_nonzero(single).to_pylist()
+        order, parts, rejected = self._read_bisecting(raw, candidates)
+        if len(order) == len(raw) and len(parts) == 1:
             return DecodeResult(parts[0], {})
         in_bulk = set(order)
-        slow = sorted(set(rejected) | {i for i, d in enumerate(data) if d is not None and i not in in_bulk})
-        rows: list[Any] = []
-        errors: dict[int, SerdeError] = {}
-        for i in slow:
-            try:
-                rows.append(self._decode_one(data[i]))  # type: ignore[arg-type]
-            except (ValueError, TypeError, OverflowError, decimal.InvalidOperation) as exc:
-                errors[i] = self._decode_error(str(exc), i, data[i], topics, partitions, offsets, exc)
-                rows.append(None)
-        parts.append(pa.array(rows, type=self._type))
-        positions: list[int | None] = [None] * len(data)
+        valid = raw.is_valid().to_pylist()
+        slow = sorted(set(rejected) | {i for i, ok in enumerate(valid) if ok and i not in in_bulk})
+        records = raw.take(pa.array(slow, pa.int64())).to_pylist() if slow else []
+        decoded, failures = self._decode_records(records)
+        errors = {
+            slow[k]: self._decode_error(str(exc), slow[k], records[k], topics, partitions, offsets, exc)
+            for k, exc in sorted(failures.items())
+        }
+        parts.append(decoded)
+        positions: list[int | None] = [None] * len(raw)
         for k, i in enumerate(order + slow):
             positions[i] = k
         values = pc.take(pa.concat_arrays(parts), pa.array(positions, pa.int64()))
         return DecodeResult(values, errors)
 
     def _read_bisecting(
-        self, data: list[bytes | None], indices: list[int]
+        self, raw: pa.Array, indices: list[int]
     ) -> tuple[list[int], list[pa.Array], list[int]]:
         """Bulk-read `indices`, halving chunks that fail; return (rows read in bulk in order, their arrays, rest)."""
         order: list[int] = []
@@ -115,9 +113,11 @@ class JsonCodec(Codec):
         rejected: list[int] = []
         pending = [indices] if indices else []
         budget = _BISECT_BUDGET
+        whole = len(indices) == len(raw)
         while pending:
             chunk = pending.pop()
-            values = self._read_batch([data[i] for i in chunk])  # type: ignore[misc]
+            records = raw if whole and len(chunk) == len(raw) else raw.take(pa.array(chunk, pa.int64()))
+            values = self._read_batch(records)
             if values is not None:
                 order += chunk
                 parts.append(values)
@@ -129,14 +129,18 @@ class JsonCodec(Codec):
                 pending += [chunk[middle:], chunk[:middle]]
         return order, parts, rejected
 
-    def _read_batch(self, records: list[bytes]) -> pa.Array | None:
+    def _read_batch(self, records: pa.Array) -> pa.Array | None:
         # Every record is one line starting with "{" and ending with "}", so it yields at least one row: the row
         # count equals the record count exactly when each record is one object, which keeps rows aligned.
-        buffer = b"\n".join(records)
+        lines = pc.binary_join_element_wise(records.cast(pa.binary()), b"\n", b"")
+        _, offsets_buffer, data_buffer = lines.buffers()
+        ends = pa.Array.from_buffers(pa.int32(), len(lines) + 1, [None, offsets_buffer], offset=lines.offset)
+        start, stop = ends[0].as_py(), ends[-1].as_py()
+        buffer = data_buffer.slice(start, stop - start)
         try:
             table = pa_json.read_json(
-                io.BytesIO(buffer),
-                read_options=pa_json.ReadOptions(block_size=max(1 << 20, len(buffer) + 1)),
+                pa.BufferReader(buffer),
+                read_options=pa_json.ReadOptions(block_size=max(1 << 20, stop - start + 1)),
                 parse_options=pa_json.ParseOptions(
                     explicit_schema=self._schema, unexpected_field_behavior="ignore"
                 ),
@@ -150,17 +154,15 @@ class JsonCodec(Codec):
             [table.column(name).combine_chunks() for name in self._schema.names], fields=list(self._type)
         )
 
-    def _decode_one(self, data: bytes) -> dict[str, Any]:
-        try:
-            obj = json.loads(data, parse_constant=_reject_constant)
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"not UTF-8 JSON: {exc.reason} at byte {exc.start}") from exc
-        if not isinstance(obj, dict):
-            raise ValueError(f"expected a JSON object, got JSON {_json_kind(obj)}")
-        return {f.name: _from_json(obj.get(f.name), f.type, f.name) for f in self._type}
+    def _decode_records(self, records: list[bytes]) -> tuple[pa.StructArray, dict[int, Exception]]:
+        """The records Arrow's reader did not take, decoded one by one (see `json_decode.RowDecoder`)."""
+        return self._row_decoder.decode_many(records)
 
     def encode(self, values: pa.Array, topic: str) -> list[bytes | None]:
         """Encode a struct column as JSON objects (declared fields, declared order); string/binary pass through.
+
+        A struct batch is written column by column (`json_encode`) when its plan can write it byte for byte as
+        the row-by-row path below does; otherwise, and to name the row of an error, it goes row by row.
 
         Raises:
             SerdeError: the column lacks a declared field or has an unsupported type (row 0), or a row holds a
@@ -181,6 +183,9 @@ class JsonCodec(Codec):
                 f"the column has no field(s) {', '.join(missing)} declared in {self.spec.field}.schema"
             )
             raise self._encode_error(str(exc), 0, topic, None, exc) from exc
+        fast = self._encode_planned(values)
+        if fast is not None:
+            return fast
         out: list[bytes | None] = []
         for i, row in enumerate(values.to_pylist()):
             if row is None:
@@ -195,9 +200,17 @@ class JsonCodec(Codec):
                 raise self._encode_error(str(exc), i, topic, row, exc) from exc
         return out
 
+    def _encode_planned(self, values: pa.StructArray) -> list[bytes | None] | None:
+        """The column-wise encoding (`json_encode`) of a struct batch, or None to encode it row by row."""
+        plans = self._plans
+        if values.type not in plans:
+            plans[values.type] = struct_encoder(values.type, [f.name for f in self._type])
+        encoder = plans[values.type]
+        return None if encoder is None else encoder(values)
+
 
 def _arrow_reads(t: pa.DataType) -> bool:
-    """True if Arrow's JSON reader converts `t` exactly as `_from_json` does."""
+    """True if Arrow's JSON reader converts `t` exactly as `json_decode.field_converter` does."""
     if pa.types.is_struct(t):
         return all(_arrow_reads(f.type) for f in t)
     if pa.types.is_list(t):
@@ -211,108 +224,6 @@ def _arrow_reads(t: pa.DataType) -> bool:
         or pa.types.is_string(t)
         or pa.types.is_decimal(t)
     )
-
-
-def _single_object_line(data: bytes) -> bool:
-    # Also keeps a bare `null` record away from the Arrow reader, which crashes on one in first position.
-    stripped = data.strip()
-    return stripped[:1] == b"{" and stripped[-1:] == b"}" and b"\n" not in stripped and b"\r" not in stripped
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _from_json(value: Any, t: pa.DataType, path: str) -> Any:
-    """Convert a `json.loads` value to the Python value Arrow builds `t` from; ValueError/TypeError if it can't."""
-    if value is None:
-        return None
-    if pa.types.is_boolean(t):
-        if isinstance(value, bool):
-            return value
-    elif pa.types.is_integer(t):
-        if isinstance(value, int) and not isinstance(value, bool):
-            low, high = _INT_RANGES[t.bit_width]
-            if not low <= value <= high:
-                raise ValueError(f"{path}: {value} is out of range for {t}")
-            return value
-    elif pa.types.is_floating(t):
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif pa.types.is_string(t):
-        if isinstance(value, str):
-            return value
-    elif pa.types.is_decimal(t):
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
-            return _decimal(value, t, path)
-    elif pa.types.is_timestamp(t):
-        if isinstance(value, str):
-            return _timestamp(value, t, path)
-    elif pa.types.is_date(t):
-        if isinstance(value, str):
-            return dt.date.fromisoformat(value)
-    elif pa.types.is_binary(t):
-        if isinstance(value, str):
-            try:
-                return base64.b64decode(value, validate=True)
-            except binascii.Error as exc:
-                raise ValueError(f"{path}: not base64: {exc}") from exc
-    elif pa.types.is_list(t):
-        if isinstance(value, list):
-            return [_from_json(v, t.value_type, f"{path}[{i}]") for i, v in enumerate(value)]
-    elif pa.types.is_map(t):
-        if isinstance(value, dict):
-            if not pa.types.is_string(t.key_type):
-                raise TypeError(f"{path}: JSON objects only map to map<string,...>, not {t}")
-            return [(k, _from_json(v, t.item_type, f"{path}.{k}")) for k, v in value.items()]
-    elif pa.types.is_struct(t):
-        if isinstance(value, dict):
-            return {f.name: _from_json(value.get(f.name), f.type, f"{path}.{f.name}") for f in t}
-    else:
-        raise TypeError(f"{path}: unsupported type {t}")
-    raise TypeError(f"{path}: expected {t}, got JSON {_json_kind(value)} {_short(value)}")
-
-
-def _decimal(value: str | int | float, t: pa.Decimal128Type, path: str) -> decimal.Decimal:
-    number = decimal.Decimal(str(value)) if not isinstance(value, str) else decimal.Decimal(value.strip())
-    if not number.is_finite():
-        raise ValueError(f"{path}: {value!r} is not a finite decimal")
-    scaled = number.quantize(decimal.Decimal(1).scaleb(-t.scale))
-    if scaled != number:
-        raise ValueError(f"{path}: {value!r} has more than {t.scale} decimal places")
-    if len(scaled.as_tuple().digits) > t.precision:
-        raise ValueError(f"{path}: {value!r} has more than {t.precision} digits")
-    return scaled
-
-
-def _timestamp(value: str, t: pa.TimestampType, path: str) -> dt.datetime:
-    try:
-        parsed = dt.datetime.fromisoformat(value.strip())
-    except ValueError as exc:
-        raise ValueError(f"{path}: {value!r} is not an ISO-8601 timestamp") from exc
-    if t.tz is None:
-        return parsed.replace(tzinfo=None)
-    if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=dt.UTC)
-    return parsed.astimezone(dt.UTC)
-
-
-def _json_kind(value: Any) -> str:
-    kinds = {
-        type(None): "null",
-        bool: "boolean",
-        int: "number",
-        float: "number",
-        str: "string",
-        list: "array",
-        dict: "object",
-    }
-    return kinds.get(type(value), type(value).__name__)
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _to_json(value: Any, t: pa.DataType) -> Any:

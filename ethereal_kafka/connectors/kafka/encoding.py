@@ -32,13 +32,29 @@ _CODECS: dict[SerdeSpec, Codec] = {}
 
 @dataclass(frozen=True)
 class OutRecord:
-    """One record to produce."""
+    """One record to produce (dead letters and other single records; a sink's rows go as `EncodedBatch`)."""
 
     topic: str
     partition: int | None
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]] | None
+
+
+@dataclass(frozen=True)
+class EncodedBatch:
+    """The records of one input batch, field by field (slot i of each list is record i), in row order: what the
+    sink produces without building one object per record.
+
+    `topic` is the topic of every record (a configured topic) or one per record; `partitions` and `headers` are
+    None when the batch has no such column, and a slot is None for a record without one.
+    """
+
+    topic: str | list[str]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    partitions: list[int | None] | None = None
+    headers: list[list[tuple[str, bytes | None]] | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +84,8 @@ def _column(batch: pa.RecordBatch, name: str, exclude: tuple[str, ...]) -> pa.Ar
 
 
 def _encode(codec: Codec, column: pa.Array | None, topics: list[str], n: int) -> list[bytes | None]:
-    """Serialize a column; rows for different topics are encoded with their own topic as context."""
+    """Serialize a column; rows for different topics are encoded with their own topic as context (`topics`: one
+    per row, or one for all)."""
     if column is None:
         return [None] * n
     distinct = sorted(set(topics))
@@ -84,8 +101,8 @@ def _encode(codec: Codec, column: pa.Array | None, topics: list[str], n: int) ->
 
 def encode_batches(
     config: KafkaSinkConfig, key_spec: SerdeSpec, value_spec: SerdeSpec, batches: Iterable[pa.RecordBatch]
-) -> Iterator[OutRecord]:
-    """Yield the records of every row, in row order.
+) -> Iterator[EncodedBatch]:
+    """Yield the records of every non-empty batch, one `EncodedBatch` per batch, in row order.
 
     Raises:
         ConfigError: no topic configured and a row has none.
@@ -99,10 +116,12 @@ def encode_batches(
         if n == 0:
             continue
         names = batch.schema.names
+        topic: str | list[str]
         if config.topic:
-            topics = [config.topic] * n
+            topic = config.topic
+            topics = [topic]
         elif "topic" in names:
-            topics = batch.column(names.index("topic")).to_pylist()
+            topic = topics = batch.column(names.index("topic")).to_pylist()
         else:
             raise ConfigError(f"sink {config.name}: no topic configured and the stream has no topic column")
         if any(not t for t in topics):
@@ -112,12 +131,13 @@ def encode_batches(
         keys = _encode(key_codec, _column(batch, config.key_column, ()), topics, n)
         values = _encode(value_codec, _column(batch, config.value_column, exclude), topics, n)
         partitions = batch.column(names.index("partition")).to_pylist() if "partition" in names else None
-        headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else None
-        for i in range(n):
-            row_headers = (
-                [(h["key"], h["value"]) for h in headers[i]] if headers is not None and headers[i] else None
-            )
-            yield OutRecord(topics[i], partitions[i] if partitions else None, keys[i], values[i], row_headers)
+        headers = None
+        if "headers" in names:
+            headers = [
+                [(h["key"], h["value"]) for h in row] if row else None
+                for row in batch.column(names.index("headers")).to_pylist()
+            ]
+        yield EncodedBatch(topic, keys, values, partitions, headers)
 
 
 def sink_specs(config: KafkaSinkConfig, columns: Sequence[tuple[str, object]]) -> tuple[SerdeSpec, SerdeSpec]:
@@ -144,9 +164,12 @@ def sink_specs(config: KafkaSinkConfig, columns: Sequence[tuple[str, object]]) -
     return specs[0], specs[1]
 
 
-def encode_outputs(outputs: Sequence[SinkOutput], batches: Iterable[pa.RecordBatch]) -> Iterator[OutRecord]:
-    """Yield the records of every row for the sink it names: with one output, every row in row order; with
-    several, per batch the rows of output 0, then of output 1, ... each in row order (a deterministic order).
+def encode_outputs(
+    outputs: Sequence[SinkOutput], batches: Iterable[pa.RecordBatch]
+) -> Iterator[EncodedBatch]:
+    """Yield the records of every row for the sink it names, as `EncodedBatch`es: with one output, every row in
+    row order; with several, per batch the rows of output 0, then of output 1, ... each in row order (a
+    deterministic order).
 
     Raises:
         ConfigError: a row names no output or an unknown one.

@@ -10,6 +10,7 @@ connectors from one query (rows name theirs in `__sink`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -17,7 +18,13 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.clients import cached_producer, drop_producer, producer_config
-from ethereal_kafka.connectors.kafka.encoding import OutRecord, SinkOutput, encode_outputs, sink_specs
+from ethereal_kafka.connectors.kafka.encoding import (
+    EncodedBatch,
+    OutRecord,
+    SinkOutput,
+    encode_outputs,
+    sink_specs,
+)
 from ethereal_kafka.errors import ConfigError, KafkaConnectionError
 
 if TYPE_CHECKING:
@@ -26,25 +33,77 @@ if TYPE_CHECKING:
 RESULT_SCHEMA = "records long"
 
 
-def send_records(producer: Producer, records: Iterable[OutRecord], on_delivery: object) -> int:
-    """Hand every record to `producer` (waiting for queue space when full); returns the count sent."""
+#: `send_records` serves delivery callbacks (`poll(0)`) after every this many records.
+_POLL_EVERY = 10000
+
+
+def send_records(producer: Producer, records: Iterable[OutRecord | EncodedBatch], on_delivery: object) -> int:
+    """Hand every record to `producer` in order, waiting for queue space when it is full; returns the count sent.
+
+    Called by the sink tasks (at-least-once and transactional) with `encode_outputs`' batches, and with single
+    `OutRecord`s for dead letters. A full local queue (`BufferError`) is waited out with `poll`, which also serves
+    delivery callbacks; `poll(0)` runs after every `_POLL_EVERY` records as well.
+    """
     sent = 0
-    for record in records:
-        kwargs: dict[str, object] = {"key": record.key, "value": record.value, "on_delivery": on_delivery}
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
-        if record.headers:
-            kwargs["headers"] = record.headers
-        while True:
+    for item in records:
+        if isinstance(item, EncodedBatch):
+            sent = _send_batch(producer, item, on_delivery, sent)
+        else:
+            _produce(producer, item.topic, item.key, item.value, item.partition, item.headers, on_delivery)
+            sent += 1
+            if sent % _POLL_EVERY == 0:
+                producer.poll(0)
+    return sent
+
+
+def _send_batch(producer: Producer, batch: EncodedBatch, on_delivery: object, sent: int) -> int:
+    """Produce one batch's records; returns `sent` plus their count."""
+    topics = repeat(batch.topic) if isinstance(batch.topic, str) else batch.topic
+    if batch.partitions is None and batch.headers is None:
+        produce = producer.produce
+        for topic, key, value in zip(topics, batch.keys, batch.values, strict=False):
             try:
-                producer.produce(record.topic, **kwargs)  # type: ignore[arg-type]
-                break
+                produce(topic, value, key, on_delivery=on_delivery)  # type: ignore[arg-type]
             except BufferError:
                 producer.poll(0.05)
+                _produce(producer, topic, key, value, None, None, on_delivery)
+            sent += 1
+            if sent % _POLL_EVERY == 0:
+                producer.poll(0)
+        return sent
+    partitions = batch.partitions if batch.partitions is not None else repeat(None)
+    headers = batch.headers if batch.headers is not None else repeat(None)
+    for topic, key, value, partition, row_headers in zip(
+        topics, batch.keys, batch.values, partitions, headers, strict=False
+    ):
+        _produce(producer, topic, key, value, partition, row_headers, on_delivery)
         sent += 1
-        if sent % 10000 == 0:
+        if sent % _POLL_EVERY == 0:
             producer.poll(0)
     return sent
+
+
+def _produce(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    partition: int | None,
+    headers: list[tuple[str, bytes | None]] | None,
+    on_delivery: object,
+) -> None:
+    """Produce one record, polling while the local queue is full."""
+    kwargs: dict[str, object] = {"key": key, "value": value, "on_delivery": on_delivery}
+    if partition is not None:
+        kwargs["partition"] = partition
+    if headers:
+        kwargs["headers"] = headers
+    while True:
+        try:
+            producer.produce(topic, **kwargs)  # type: ignore[arg-type]
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 def produce_arrow(

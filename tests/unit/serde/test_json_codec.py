@@ -35,10 +35,13 @@ def test_round_trip_of_orders(field: str) -> None:
 
 
 def test_the_vectorized_path_decodes_clean_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    def forbidden(self: JsonCodec, data: bytes) -> None:
-        raise AssertionError("fell back to per-record parsing")
+    original = JsonCodec._decode_records
 
-    monkeypatch.setattr(JsonCodec, "_decode_one", forbidden)
+    def forbidden(self: JsonCodec, records: list[bytes]) -> Any:
+        assert not records, "fell back to per-record parsing"
+        return original(self, records)
+
+    monkeypatch.setattr(JsonCodec, "_decode_records", forbidden)
     raw = [json.dumps({**o, "extra": [1, 2]}).encode() for o in orders(20)] + [None]
     result = decode(SerdeSpec("value", "json", spark_ddl=ORDER_DDL), raw)
     assert result.values.to_pylist() == [*orders(20), None]
