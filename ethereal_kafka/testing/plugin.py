@@ -128,3 +128,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the markers this plugin's users put on tests."""
     config.addinivalue_line("markers", "integration: needs a real Kafka broker")
     os.environ.setdefault("ETHEREAL_KAFKA_TESTING", "1")
+    # Every embedded driver JVM of the tests (the session's, and each `ethereal-kafka run` a test starts, which
+    # inherits the environment) uses the lean start-up profile; set the variable to "" to test with the defaults.
+    from ethereal_kafka.runtime.jvm import OPTIONS_ENV, TEST_DRIVER_OPTIONS
+
+    os.environ.setdefault(OPTIONS_ENV, TEST_DRIVER_OPTIONS)
