@@ -180,7 +180,8 @@ def test_exactly_once_epochs_are_bounded_by_default(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
 ) -> None:
     """With no max.records.per.epoch, an exactly-once job still reads a backlog in epochs small enough to commit
-    within its transaction timeout (here 5 s: at most 4800 records); it used to log the whole backlog as one."""
+    within its transaction timeout (here 5 s: at most 4800 records); it used to log the whole backlog as one.
+    Fixed epoch sizing, so that the default bounds alone are at work (adaptive sizing also stays within them)."""
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
     inputs = eos.events(10_000)
@@ -192,7 +193,7 @@ def test_exactly_once_epochs_are_bounded_by_default(
         dst,
         "ethereal_kafka.examples.eos:stateless",
         max_records=0,
-        extra_job="transaction.timeout.ms=5000\n",
+        extra_job="transaction.timeout.ms=5000\nepoch.sizing=fixed\n",
     )
     run_job(files.job)
     sizes = []
