@@ -156,6 +156,9 @@ def run_demo(connectors: Path | None, records: int) -> None:
         _check_large(status.bootstrap, large_topic, expected_large(orders))
         _check_revenue(status.bootstrap, revenue_topic, expected_revenue(orders))
     finally:
+        from ethereal_kafka.connectors.kafka.clients import close_cached_clients
+
+        close_cached_clients()  # the job's cached clients would otherwise keep calling the stopped broker
         broker.destroy()
         print("[demo] broker stopped")
 
