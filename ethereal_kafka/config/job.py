@@ -100,6 +100,13 @@ class JobConfig(Model):
         check=positive,
         doc="on SIGTERM/SIGINT, how long the epoch in flight may take to finish before the stop is forced",
     )
+    connect_timeout_ms: int = setting(
+        15000,
+        key="connect.timeout.ms",
+        check=positive,
+        doc="how long `run` waits, before Spark starts, for each cluster to answer the metadata request that "
+        "checks the job's topics",
+    )
     metrics_enabled: bool = setting(
         True, key="metrics.enabled", doc="serve Prometheus metrics from the driver (see docs/operations.md)"
     )

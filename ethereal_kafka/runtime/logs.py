@@ -1,12 +1,16 @@
 """Logging of `ethereal-kafka run`: short lines on stderr, the full story in a log folder.
 
-On stderr an operator sees the framework's lifecycle lines (started, stopping, stopped) and, for Spark's own
-warnings and errors, only their first line; a fatal error ends the output with one `error: ...` line. The log folder
-(`--log-dir`, default `<tmp>/ethereal-kafka/<app.id>`) keeps everything with stack traces: `spark.log` (Spark's
-log4j output of the driver JVM, rolled at 20 MB) and `ethereal-kafka.log` (the framework's Python log, with the full
-trace of a failure).
+On stderr an operator sees the framework's lifecycle lines (started, stopping, stopped), the progress line and, for
+a fatal error, one `error: ...` line at the end. The log folder (`--log-dir`, default
+`<tmp>/ethereal-kafka/<app.id>`) keeps everything with stack traces: `spark.log` (Spark's log4j output of the driver
+JVM, rolled at 20 MB; the JVM is started with that configuration, `spark_log_options`) and `ethereal-kafka.log` (the
+framework's Python log, with the full trace of a failure, and librdkafka's own lines from the driver's Kafka clients).
 
-Nothing here runs at import time; `configure_python_logging` and `route_spark_logs` are called by the runner.
+A line written while the progress line is live on a terminal first erases it (`progress.above_live_line`), so
+nothing is glued onto it.
+
+Nothing here runs at import time; `configure_python_logging`, `spark_log_options` and `route_spark_logs` are called
+by the runner.
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ import logging
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
+
+from ethereal_kafka.connectors.kafka.clients import librdkafka_logger
+from ethereal_kafka.runtime.progress import above_live_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,17 +31,11 @@ if TYPE_CHECKING:
 LOGGER = "ethereal_kafka"
 _HANDLER_NAME = "ethereal-kafka-run"
 
+#: The driver JVM's log4j2 configuration of a run: everything (WARN and up, with stack traces) in the log folder,
+#: nothing on the terminal (the framework's one-line error says what failed and where the trace is).
 _LOG4J2 = """\
 status = error
 name = ethereal-kafka-run
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.alwaysWriteExceptions = false
-appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %replace{{%m}}{{(?s)[\\r\\n].*}}{{ (more in {log})}}%n
-appender.console.filter.threshold.type = ThresholdFilter
-appender.console.filter.threshold.level = warn
 appender.file.type = RollingFile
 appender.file.name = file
 appender.file.fileName = {log}
@@ -47,7 +48,6 @@ appender.file.policies.size.size = 20MB
 appender.file.strategy.type = DefaultRolloverStrategy
 appender.file.strategy.max = 3
 rootLogger.level = warn
-rootLogger.appenderRef.console.ref = console
 rootLogger.appenderRef.file.ref = file
 """
 
@@ -57,8 +57,18 @@ def default_log_dir(app_id: str) -> Path:
     return Path(tempfile.gettempdir()) / "ethereal-kafka" / app_id
 
 
+class ConsoleHandler(logging.StreamHandler[TextIO]):
+    """The terminal's handler: each line is written above the live progress line (erased first, then redrawn)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write `record` as one line, with the progress line out of its way."""
+        with above_live_line():
+            super().emit(record)
+
+
 def configure_python_logging(log_dir: Path) -> Path:
-    """Send the framework's log to stderr (INFO, one line each) and to `<log_dir>/ethereal-kafka.log` (DEBUG).
+    """Send the framework's log to stderr (INFO, one line each) and to `<log_dir>/ethereal-kafka.log` (DEBUG);
+    librdkafka's lines of this process's clients (`clients.librdkafka_logger`) go to that file only.
 
     Called once by the runner before Spark starts; returns the log file. Idempotent per process: handlers added by
     an earlier call are replaced.
@@ -66,10 +76,12 @@ def configure_python_logging(log_dir: Path) -> Path:
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / "ethereal-kafka.log"
     logger = logging.getLogger(LOGGER)
-    for handler in [h for h in logger.handlers if h.get_name() == _HANDLER_NAME]:
-        logger.removeHandler(handler)
-        handler.close()
-    console = logging.StreamHandler(sys.stderr)
+    kafka = librdkafka_logger()
+    for owner in (logger, kafka):
+        for handler in [h for h in owner.handlers if h.get_name() == _HANDLER_NAME]:
+            owner.removeHandler(handler)
+            handler.close()
+    console = ConsoleHandler(sys.stderr)
     console.setLevel(logging.INFO)
     console.setFormatter(
         logging.Formatter("%(asctime)s %(levelname)s ethereal-kafka: %(message)s", "%H:%M:%S")
@@ -82,22 +94,39 @@ def configure_python_logging(log_dir: Path) -> Path:
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
+    kafka.addHandler(file)
+    kafka.setLevel(logging.DEBUG)
     return path
 
 
+def spark_log_config(log_dir: Path) -> Path:
+    """Write the driver JVM's log4j2 configuration for a run logging to `log_dir` (everything in
+    `<log_dir>/spark.log`, nothing on the terminal); returns the configuration file."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    config = log_dir / "log4j2.properties"
+    config.write_text(_LOG4J2.format(log=log_dir / "spark.log"), encoding="utf-8")
+    return config
+
+
+def spark_log_options(log_dir: Path) -> str:
+    """The driver Java option that makes the JVM log to `log_dir` from its first line (`spark_log_config`).
+
+    Called by the runner for an embedded session, before the JVM starts (it goes into
+    `spark.driver.extraJavaOptions`); Spark's start-up warnings then never reach the terminal.
+    """
+    return f"-Dlog4j2.configurationFile={spark_log_config(log_dir).as_uri()}"
+
+
 def route_spark_logs(spark: SparkSession, log_dir: Path) -> Path:
-    """Reconfigure the driver JVM's log4j: first lines of warnings and errors on stderr, everything with stack
-    traces in `<log_dir>/spark.log`. Returns that file.
+    """Reconfigure a running driver JVM's log4j as `spark_log_config` says; returns `<log_dir>/spark.log`.
 
     Called by the runner after the embedded session starts (not under spark-submit, where the deployment's log4j
-    configuration rules). Executors on a cluster keep their own logging.
+    configuration rules): a session the JVM options did not reach (one already running in this process) logs to
+    the folder from here on. Executors on a cluster keep their own logging.
     """
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / "spark.log"
-    config = log_dir / "log4j2.properties"
-    config.write_text(_LOG4J2.format(log=log), encoding="utf-8")
+    config = spark_log_config(log_dir)
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
     context.setConfigLocation(jvm.java.io.File(str(config)).toURI())
-    return log
+    return log_dir / "spark.log"

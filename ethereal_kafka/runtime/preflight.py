@@ -45,28 +45,38 @@ def preflight(
     `timeout_s`. Never raises for a problem it finds.
     """
     problems: list[str] = []
-    connectors: dict[str, Connector] = {**loaded.sources, **loaded.sinks, **loaded.tables}
-    for name, config in connectors.items():
-        problems.extend(connector_problems(config, loaded.file_of(name)))
+    for file, config in connector_files(loaded).items():
+        problems.extend(connector_problems(config, file))
     if pipeline:
         problems.extend(pipeline_problems(loaded))
     if connect:
-        problems.extend(topic_problems({loaded.file_of(n): c for n, c in connectors.items()}, timeout_s))
+        problems.extend(topic_problems(connector_files(loaded), timeout_s))
     return problems
 
 
-def require_preflight(loaded: LoadedJob, pipeline: bool = True) -> None:
-    """Raise on the first offline `preflight` problem (called by `runner.run` before Spark starts; `pipeline`: as
-    for `preflight`).
+def connector_files(loaded: LoadedJob) -> dict[Path, Connector]:
+    """Every source, sink and table of the job, keyed by the file it came from."""
+    connectors: dict[str, Connector] = {**loaded.sources, **loaded.sinks, **loaded.tables}
+    return {loaded.file_of(name): config for name, config in connectors.items()}
+
+
+def require_preflight(
+    loaded: LoadedJob, pipeline: bool = True, connect: bool = False, timeout_s: float = 15.0
+) -> None:
+    """Raise on the first `preflight` problem (called by `runner.run` before Spark starts; `pipeline`: as for
+    `preflight`). With `connect`, once the offline checks pass, each cluster is asked once (bounded by `timeout_s`)
+    whether it answers and has every topic the job reads and writes: a missing topic or a wrong address is refused
+    here, in seconds, instead of failing an epoch minutes after Spark started.
 
     Raises:
         ConfigError: one line: the first problem, and how many more `ethereal-kafka validate` would list.
     """
     problems = preflight(loaded, pipeline=pipeline)
+    if not problems and connect:
+        problems = topic_problems(connector_files(loaded), timeout_s)
     if problems:
-        more = (
-            f" (and {len(problems) - 1} more: ethereal-kafka validate {loaded.path})" if problems[1:] else ""
-        )
+        command = f"ethereal-kafka validate{' --connect' if connect else ''} {loaded.path}"
+        more = f" (and {len(problems) - 1} more: {command})" if problems[1:] else ""
         raise ConfigError(problems[0] + more)
 
 

@@ -5,14 +5,19 @@
 On a terminal (`progress=tty`, or `auto` when stderr is one) the line is rewritten in place every second, with
 rates over the last 10 s; otherwise (`log`) one line is printed every `progress.interval.ms`, with rates over that
 interval. Everything goes to stderr; `progress=off` prints nothing.
+
+While an in-place line is live, anything else written to the terminal must go through `above_live_line()` (the
+run's console log handler does, `runtime.logs`): the line is erased first and redrawn after, so no other line is
+glued onto it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -22,6 +27,25 @@ if TYPE_CHECKING:
 #: Refresh period and rate window of the in-place (terminal) line.
 TTY_REFRESH_S = 1.0
 TTY_WINDOW_S = 10.0
+
+#: Held while anything is written to a terminal showing a live line; `_live` is that line (one per process).
+_TERMINAL = threading.RLock()
+_live: ProgressLine | None = None
+
+
+@contextlib.contextmanager
+def above_live_line() -> Iterator[None]:
+    """Let the caller write whole lines to the terminal: the live progress line, if any, is erased before and
+    redrawn after. Without a live line this only serializes the writers."""
+    with _TERMINAL:
+        line = _live
+        if line is not None:
+            line.erase()
+        try:
+            yield
+        finally:
+            if line is not None:
+                line.redraw()
 
 
 def render(app_id: str, now: Snapshot, before: Snapshot | None) -> str:
@@ -72,6 +96,7 @@ class ProgressLine:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._drawn = False
+        self._text = ""
 
     @classmethod
     def for_job(
@@ -95,31 +120,53 @@ class ProgressLine:
         return render(self.app_id, now, before)
 
     def start(self) -> None:
-        """Start printing (the first line after one interval)."""
+        """Start printing (the first line after one interval); an in-place line becomes the process's live line."""
+        global _live
         self._line_or_none()  # the first snapshot: rates need a starting point
+        if self.in_place:
+            with _TERMINAL:
+                _live = self
         self._thread = threading.Thread(target=self._run, name="ethereal-kafka-progress", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop printing; an in-place line is ended with a newline."""
+        global _live
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-        if self.in_place and self._drawn:
-            self._write("\n")
-            self._drawn = False
+        with _TERMINAL:
+            if _live is self:
+                _live = None
+            if self.in_place and self._drawn:
+                self._write("\n")
+                self._drawn = False
+
+    def erase(self) -> None:
+        """Clear the drawn in-place line (the cursor is left at the start of the empty line)."""
+        with _TERMINAL:
+            if self._drawn:
+                self._write("\r\x1b[K")
+
+    def redraw(self) -> None:
+        """Draw the last in-place line again (after `erase` and the lines written in between)."""
+        with _TERMINAL:
+            if self._drawn and not self._stop.is_set():
+                self._write(f"\r{self._text}\x1b[K")
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             text = self._line_or_none()
             if text is None:
                 continue
-            if self.in_place:
-                self._write(f"\r{text}\x1b[K")
-                self._drawn = True
-            else:
-                self._write(f"{text}\n")
+            with _TERMINAL:
+                if self.in_place:
+                    self._text = text
+                    self._write(f"\r{text}\x1b[K")
+                    self._drawn = True
+                else:
+                    self._write(f"{text}\n")
 
     def _line_or_none(self) -> str | None:
         try:

@@ -37,7 +37,12 @@ from ethereal_kafka.runtime.failure import root_cause
 from ethereal_kafka.runtime.imports import export_to_workers
 from ethereal_kafka.runtime.job import RunningJob
 from ethereal_kafka.runtime.lifecycle import JobLifecycle, StopReport
-from ethereal_kafka.runtime.logs import configure_python_logging, default_log_dir, route_spark_logs
+from ethereal_kafka.runtime.logs import (
+    configure_python_logging,
+    default_log_dir,
+    route_spark_logs,
+    spark_log_options,
+)
 from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
 from ethereal_kafka.runtime.pipeline import build_pipeline
 from ethereal_kafka.runtime.preflight import require_preflight
@@ -354,24 +359,29 @@ def run(
             coordinator refuses to start (`ConfigError`, `RecoveryError`, ...), or a query failed
             (`JobFailedError`); each message is one line.
     """
+    from ethereal_kafka.runtime.jvm import OPTIONS_KEY
     from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
 
     loaded = load_job(job_path)
-    # A mistake costs a second here, not a Spark start (a graph_builder replaces the job's pipeline).
-    require_preflight(loaded, pipeline=graph_builder is None)
     job = loaded.job
     logs = Path(log_dir) if log_dir else default_log_dir(job.app_id)
-    configure_python_logging(logs)
+    configure_python_logging(logs)  # first: librdkafka's lines of the checks below go to the log file too
+    # A mistake costs a second here, not a Spark start (a graph_builder replaces the job's pipeline); a missing
+    # topic or a cluster that does not answer, at most `connect.timeout.ms`.
+    require_preflight(
+        loaded, pipeline=graph_builder is None, connect=True, timeout_s=job.connect_timeout_ms / 1000
+    )
     lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
     lifecycle.stop_when_drained = available_now
     # Before Spark starts (and before the signal handlers): a refusal costs a second, not a session.
     guard = own_app(loaded, takeover)
     lifecycle.install_signal_handlers()
     export_to_workers(job_path)  # before the JVM starts: its Python workers import the pipeline module too
+    conf = job_spark_conf(loaded)
+    if not launched_by_spark_submit():  # the driver JVM logs to the folder from its first line
+        conf[OPTIONS_KEY] = f"{conf.get(OPTIONS_KEY, '')} {spark_log_options(logs)}".strip()
     try:
-        spark = local_session(
-            f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=job_spark_conf(loaded)
-        )
+        spark = local_session(f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=conf)
         lifecycle.install_signal_handlers()  # again: PySpark replaced our SIGINT handler as the context started
         try:
             if not launched_by_spark_submit():

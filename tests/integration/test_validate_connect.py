@@ -69,3 +69,28 @@ def test_connect_names_an_address_that_does_not_answer_within_the_timeout(tmp_pa
         "within 2 s"
     )
     assert elapsed < 10
+
+
+def test_run_with_a_wrong_bootstrap_ends_with_one_line_within_the_connect_timeout(tmp_path: Path) -> None:
+    """`run` makes the same check before Spark starts, bounded by `connect.timeout.ms`; librdkafka's own lines go to
+    the run's log file, not the terminal. No broker, no Spark."""
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    job = _job(tmp_path, address, "orders", "out")
+    job.write_text(job.read_text() + "connect.timeout.ms=2000\n")
+    logs = tmp_path / "logs"
+    began = time.monotonic()
+    done = subprocess.run(
+        [CLI, "run", str(job), "--log-dir", str(logs)], capture_output=True, text=True, timeout=60
+    )
+    elapsed = time.monotonic() - began
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()  # no librdkafka `Connect to ... failed` lines on the terminal
+    assert line.startswith(
+        f"error: {tmp_path / 'in.properties'}, {tmp_path / 'out.properties'}: Kafka at {address} did not answer "
+        "within 2 s"
+    ), line
+    assert elapsed < 10, f"run took {elapsed:.1f}s to refuse"
+    assert f"Connect to ipv4#{address} failed" in (logs / "ethereal-kafka.log").read_text()
+    assert not (tmp_path / "checkpoint").exists()  # nothing started

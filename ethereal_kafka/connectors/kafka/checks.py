@@ -8,12 +8,12 @@ answers and the topics exist (`check_topics`).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
+from ethereal_kafka.connectors.kafka.clients import new_admin, new_consumer, new_producer
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
 from ethereal_kafka.serde import SerdeSpec
 
@@ -49,18 +49,14 @@ def check_client_settings(
     (`kafka.linger.mss`) or a bad value while it parses the configuration, long before a run would meet it.
     Called by `ethereal-kafka validate` and by `run` before Spark starts (`runtime.preflight`). Never raises.
     """
-    from confluent_kafka import Consumer, KafkaException, Producer
+    from confluent_kafka import KafkaException
 
-    settings: dict[str, Any] = {
-        "bootstrap.servers": config.bootstrap_servers,
-        "logger": _silent_logger(),
-        **config.passthrough,
-    }
+    settings: dict[str, Any] = {"bootstrap.servers": config.bootstrap_servers, **config.passthrough}
     try:
         if isinstance(config, KafkaSinkConfig):
-            Producer(settings).flush(0)
+            new_producer(settings).flush(0)
         else:
-            Consumer({**settings, "group.id": "ethereal-kafka-validate"}).close()
+            new_consumer({**settings, "group.id": "ethereal-kafka-validate"}).close()
     except KafkaException as exc:
         error = exc.args[0]
         reason = error.str() if hasattr(error, "str") else str(error)
@@ -83,18 +79,16 @@ def check_topics(
         timeout_s: How long the cluster may take to answer the one metadata request.
 
     Called by `ethereal-kafka validate --connect`. Bounded by `timeout_s`; never raises. librdkafka's own log lines
-    go nowhere: the returned lines name the file, the topic and the address.
+    go to `clients.librdkafka_logger()`, not the terminal: the returned lines name the file, the topic and the address.
     """
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     settings: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "socket.connection.setup.timeout.ms": str(int(timeout_s * 1000)),
-        "logger": _silent_logger(),
         **(passthrough or {}),
     }
-    admin = AdminClient(settings)
+    admin = new_admin(settings)
     try:
         existing = set(admin.list_topics(timeout=timeout_s).topics)
     except KafkaException as exc:
@@ -106,12 +100,3 @@ def check_topics(
         for topic in names
         if topic not in existing
     ]
-
-
-def _silent_logger() -> logging.Logger:
-    """A logger that drops librdkafka's lines (connection attempts, property warnings) from a check's client."""
-    logger = logging.getLogger("ethereal_kafka.checks.librdkafka")
-    if not logger.handlers:
-        logger.addHandler(logging.NullHandler())
-        logger.propagate = False
-    return logger

@@ -6,11 +6,17 @@ epochs: reading consumers, group consumers (committed offsets and group metadata
 Transactional producers are never cached: each sink task attempt builds its own, whose `init_transactions` fences
 every older holder of its id (`transactional_producer`). Driver-side metadata calls retry for a bounded time (long
 enough to ride out a broker restart) and then raise `KafkaConnectionError` naming the bootstrap servers.
+
+Every client is built with `new_consumer`, `new_producer` or `new_admin`, which hand librdkafka's own log lines
+(`Connect to ... failed`, ...) to the Python logger `ethereal_kafka.librdkafka` (`librdkafka_logger`) instead of
+stderr: `ethereal-kafka run` writes them to the run's log file (`runtime.logs`); elsewhere (validate, Spark's Python
+workers) they are dropped unless the process configures that logger.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -38,6 +44,36 @@ RETRY_DEADLINE_S = 45.0
 _QUIET = {"log_level": "3", "socket.connection.setup.timeout.ms": "10000"}
 
 ConfigKey = tuple[str, tuple[tuple[str, str], ...]]
+
+#: The Python logger that receives librdkafka's log lines from every client the framework builds.
+LIBRDKAFKA_LOGGER = "ethereal_kafka.librdkafka"
+
+
+def librdkafka_logger() -> logging.Logger:
+    """The logger librdkafka's lines go to: it does not propagate (the framework's console handler never sees
+    them) and drops them unless a handler was added (`runtime.logs.configure_python_logging` adds the run's log
+    file)."""
+    logger = logging.getLogger(LIBRDKAFKA_LOGGER)
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+    return logger
+
+
+def new_consumer(conf: Mapping[str, Any]) -> Consumer:
+    """A consumer built from `conf`, its librdkafka log lines routed to `librdkafka_logger()`."""
+    return Consumer({**conf, "logger": librdkafka_logger()})
+
+
+def new_producer(conf: Mapping[str, Any]) -> Producer:
+    """A producer built from `conf`, its librdkafka log lines routed to `librdkafka_logger()`."""
+    return Producer({**conf, "logger": librdkafka_logger()})
+
+
+def new_admin(conf: Mapping[str, Any]) -> AdminClient:
+    """An admin client built from `conf`, its librdkafka log lines routed to `librdkafka_logger()`."""
+    settings: dict[str, Any] = {**conf, "logger": librdkafka_logger()}
+    return AdminClient(settings)
 
 
 class ClientCache:
@@ -121,7 +157,7 @@ def consumer_config(
 def cached_consumer(conf: Mapping[str, str]) -> Consumer:
     """This process's reading consumer for `conf`. Callers must `assign()` what they read; it never subscribes
     and never commits."""
-    return CLIENTS.get("consumer", conf, Consumer)
+    return CLIENTS.get("consumer", conf, new_consumer)
 
 
 def drop_consumer(conf: Mapping[str, str]) -> None:
@@ -140,7 +176,7 @@ def group_consumer(bootstrap: str, group: str, passthrough: Mapping[str, str]) -
         "isolation.level": "read_committed",
         **{k: v for k, v in passthrough.items() if not k.startswith(("transaction", "acks", "linger"))},
     }
-    return CLIENTS.get("group", conf, Consumer)
+    return CLIENTS.get("group", conf, new_consumer)
 
 
 def producer_config(bootstrap: str, passthrough: Mapping[str, str]) -> dict[str, str]:
@@ -158,7 +194,7 @@ def producer_config(bootstrap: str, passthrough: Mapping[str, str]) -> dict[str,
 
 def cached_producer(conf: Mapping[str, str]) -> Producer:
     """This process's idempotent producer for `conf`, created on first use."""
-    return CLIENTS.get("producer", conf, Producer)
+    return CLIENTS.get("producer", conf, new_producer)
 
 
 def drop_producer(conf: Mapping[str, str]) -> None:
@@ -176,7 +212,7 @@ def transactional_producer(
     Raises:
         KafkaException: `init_transactions` failed (the caller classifies the error).
     """
-    producer = Producer(
+    producer = new_producer(
         {
             "bootstrap.servers": bootstrap,
             "transactional.id": transactional_id,
@@ -290,7 +326,7 @@ def cluster_metadata(admin: AdminClient, bootstrap: str, timeout_s: float = 10.0
 
 def admin_client(bootstrap: str, passthrough: Mapping[str, str] | None = None) -> AdminClient:
     """Return an AdminClient for `bootstrap` with the pass-through settings."""
-    return AdminClient({**_QUIET, "bootstrap.servers": bootstrap, **(passthrough or {})})
+    return new_admin({**_QUIET, "bootstrap.servers": bootstrap, **(passthrough or {})})
 
 
 def watermarks(

@@ -19,6 +19,7 @@ from ethereal_kafka.connectors.kafka.clients import (
     admin_client,
     cluster_metadata,
     consumer_config,
+    new_consumer,
     with_retries,
 )
 from ethereal_kafka.connectors.kafka.offsets import TopicPartitionKey
@@ -45,7 +46,7 @@ class PositionResolver:
                 self.config.isolation_level,
                 self.config.passthrough,
             )
-            self._consumer = Consumer(conf)
+            self._consumer = new_consumer(conf)
         return self._consumer
 
     def close(self) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import io
+import logging
+import re
 import time
 from dataclasses import replace
 
 from ethereal_kafka.config.job import JobConfig
+from ethereal_kafka.runtime.logs import ConsoleHandler
 from ethereal_kafka.runtime.metrics import Snapshot
 from ethereal_kafka.runtime.progress import ProgressLine, render
 
@@ -103,3 +106,48 @@ def test_for_job_follows_the_settings() -> None:
         job(progress="log", **{"progress.interval.ms": "2500"}), Snapshots(), io.StringIO()
     )
     assert logged is not None and logged.interval_s == 2.5
+
+
+def screen(text: str) -> list[str]:
+    """The lines a terminal shows for `text`, honouring `\\r` (back to column 0) and `ESC[K` (erase to the end)."""
+    lines, row, col = [""], 0, 0
+    for token in re.split(r"(\r|\n|\x1b\[K)", text):
+        if token == "\r":
+            col = 0
+        elif token == "\n":
+            row, col = row + 1, 0
+            if row == len(lines):
+                lines.append("")
+        elif token == "\x1b[K":
+            lines[row] = lines[row][:col]
+        elif token:
+            current = lines[row]
+            lines[row] = current[:col] + token + current[col + len(token) :]
+            col += len(token)
+    return lines
+
+
+def test_a_log_line_is_never_glued_onto_the_live_line() -> None:
+    """The run's console handler erases the live line before it writes, then the line is drawn again below."""
+    out = io.StringIO()
+    logger = logging.getLogger("test.progress.glued")
+    logger.propagate = False
+    handler = ConsoleHandler(out)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    line = ProgressLine("orders", Snapshots(), out, in_place=True, interval_s=30)
+    line.interval_s = 0.05
+    try:
+        line.start()
+        deadline = time.monotonic() + 5
+        while "orders | in " not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        logger.warning("a warning while the line is live")
+        time.sleep(0.15)
+        line.stop()
+    finally:
+        logger.removeHandler(handler)
+    shown = screen(out.getvalue())
+    assert shown[0] == "WARNING a warning while the line is live", shown
+    assert shown[1].startswith("orders | in ") and shown[2] == "", shown
+    assert len(shown) == 3
