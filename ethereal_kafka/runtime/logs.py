@@ -4,7 +4,8 @@ On stderr an operator sees the framework's lifecycle lines (started, stopping, s
 a fatal error, one `error: ...` line at the end. The log folder (`--log-dir`, default
 `<tmp>/ethereal-kafka/<app.id>`) keeps everything with stack traces: `spark.log` (Spark's log4j output of the driver
 JVM, rolled at 20 MB; the JVM is started with that configuration, `spark_log_options`) and `ethereal-kafka.log` (the
-framework's Python log, with the full trace of a failure, and librdkafka's own lines from the driver's Kafka clients).
+framework's Python log, with the full trace of a failure, and librdkafka's own lines from the driver's Kafka clients);
+the Python workers of a local session write theirs to `librdkafka-workers.log` (`clients.LOG_DIR_ENV`).
 
 A line written while the progress line is live on a terminal first erases it (`progress.above_live_line`), so
 nothing is glued onto it.
@@ -21,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ethereal_kafka.connectors.kafka.clients import librdkafka_logger
+from ethereal_kafka.connectors.kafka.clients import LIBRDKAFKA_LOGGER
 from ethereal_kafka.runtime.progress import above_live_line
 
 if TYPE_CHECKING:
@@ -76,9 +77,10 @@ def configure_python_logging(log_dir: Path) -> Path:
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / "ethereal-kafka.log"
     logger = logging.getLogger(LOGGER)
-    kafka = librdkafka_logger()
+    kafka = logging.getLogger(LIBRDKAFKA_LOGGER)
     for owner in (logger, kafka):
-        for handler in [h for h in owner.handlers if h.get_name() == _HANDLER_NAME]:
+        ours = [h for h in owner.handlers if h.get_name() == _HANDLER_NAME or owner is kafka]
+        for handler in ours:
             owner.removeHandler(handler)
             handler.close()
     console = ConsoleHandler(sys.stderr)
@@ -96,6 +98,7 @@ def configure_python_logging(log_dir: Path) -> Path:
     logger.propagate = False
     kafka.addHandler(file)
     kafka.setLevel(logging.DEBUG)
+    kafka.propagate = False
     return path
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from ethereal_kafka.checkpoint.replay import take_replay_intent
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
-from ethereal_kafka.connectors.kafka.clients import close_cached_clients
+from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_clients
 from ethereal_kafka.connectors.kafka.epoch_bounds import default_bounds
 from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.runtime.admission import EpochSizer, sized_source
@@ -380,6 +381,7 @@ def run(
     conf = job_spark_conf(loaded)
     if not launched_by_spark_submit():  # the driver JVM logs to the folder from its first line
         conf[OPTIONS_KEY] = f"{conf.get(OPTIONS_KEY, '')} {spark_log_options(logs)}".strip()
+        os.environ[LOG_DIR_ENV] = str(logs)  # and its local Python workers' librdkafka lines go there too
     try:
         spark = local_session(f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=conf)
         lifecycle.install_signal_handlers()  # again: PySpark replaced our SIGINT handler as the context started

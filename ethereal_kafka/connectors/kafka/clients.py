@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -49,14 +51,28 @@ ConfigKey = tuple[str, tuple[tuple[str, str], ...]]
 LIBRDKAFKA_LOGGER = "ethereal_kafka.librdkafka"
 
 
+#: The folder a process's librdkafka lines go to when nothing else configured the logger: `run` sets it for the
+#: Python workers of its local Spark session (they inherit the driver's environment through the JVM).
+LOG_DIR_ENV = "ETHEREAL_KAFKA_LOG_DIR"
+#: The file in that folder (shared by the workers; one line per write, appended).
+WORKERS_LOG = "librdkafka-workers.log"
+
+
 def librdkafka_logger() -> logging.Logger:
-    """The logger librdkafka's lines go to: it does not propagate (the framework's console handler never sees
-    them) and drops them unless a handler was added (`runtime.logs.configure_python_logging` adds the run's log
-    file)."""
+    """The logger librdkafka's lines go to. It does not propagate (the framework's console handler never sees
+    them). Unless a handler was added (`runtime.logs.configure_python_logging` adds the run's log file), the lines
+    go to `$ETHEREAL_KAFKA_LOG_DIR/librdkafka-workers.log` when that variable is set (a local run's Python
+    workers), else nowhere."""
     logger = logging.getLogger(LIBRDKAFKA_LOGGER)
-    if not logger.handlers:
-        logger.addHandler(logging.NullHandler())
     logger.propagate = False
+    if not logger.handlers:
+        folder = os.environ.get(LOG_DIR_ENV)
+        handler: logging.Handler = logging.NullHandler()
+        if folder:
+            handler = logging.FileHandler(Path(folder) / WORKERS_LOG, encoding="utf-8", delay=True)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s pid %(process)d: %(message)s"))
+            logger.setLevel(logging.DEBUG)
+        logger.addHandler(handler)
     return logger
 
 

@@ -1,0 +1,50 @@
+"""librdkafka's own log lines never reach the terminal: a process that configured nothing (a Spark Python worker of
+a local run) writes them to `$ETHEREAL_KAFKA_LOG_DIR/librdkafka-workers.log`, or drops them without that variable.
+Real processes and real clients; the address answers nobody, so no broker is needed."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, WORKERS_LOG
+
+PROGRAM = """
+import sys
+from ethereal_kafka.connectors.kafka.clients import cached_consumer, close_cached_clients, consumer_config
+consumer = cached_consumer(consumer_config(sys.argv[1], "g", "read_committed", {}))
+consumer.consume(num_messages=1, timeout=1.5)  # serves the queued log lines
+close_cached_clients()
+"""
+
+
+def _free_address() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def _client_process(address: str, log_dir: Path | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != LOG_DIR_ENV}
+    if log_dir is not None:
+        env[LOG_DIR_ENV] = str(log_dir)
+    return subprocess.run(
+        [sys.executable, "-c", PROGRAM, address], capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+def test_a_worker_writes_librdkafka_lines_to_the_log_folder_not_stderr(tmp_path: Path) -> None:
+    address = _free_address()
+    done = _client_process(address, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert f"Connect to ipv4#{address} failed" in (tmp_path / WORKERS_LOG).read_text()
+
+
+def test_without_a_log_folder_the_lines_are_dropped(tmp_path: Path) -> None:
+    done = _client_process(_free_address(), None)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
