@@ -309,9 +309,13 @@ def execute(
         metrics.start_progress()
         lifecycle.attach(running, coordinator.gate)
         log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
+        if spark.sparkContext.uiWebUrl:  # `spark.ui.enabled=true` (docs/operations.md)
+            log.info("Spark UI at %s", spark.sparkContext.uiWebUrl)
         report = lifecycle.wait()
         if guard.taken_over_by is not None:
             report = dataclasses.replace(report, taken_over_by=guard.taken_over_by)
+        if metrics.metrics is not None:
+            report = dataclasses.replace(report, summary=metrics.metrics.summary())
         return report
     except EtherealKafkaError:
         log.debug("job %s failed", job.app_id, exc_info=True)
@@ -385,6 +389,9 @@ def run(
     finally:
         guard.release()
         lifecycle.restore_signal_handlers()
+    if report.summary is not None:
+        for line in report.summary.lines():
+            log.info("%s", line)
     log.info("%s", report.line())
     return 0
 
