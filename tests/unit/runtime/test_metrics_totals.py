@@ -4,6 +4,8 @@ watermark and state-store gauges taken from Spark's progress reports."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -216,3 +218,13 @@ def test_watermark_and_state_store_size_per_query() -> None:
         (("app_id", APP), ("query", "enrich")),
     ) not in exported
     assert m.summary().watermarks_s == {"totals": 1767225645.5}
+
+
+def test_every_exported_metric_is_documented_and_every_documented_one_exported() -> None:
+    doc = (Path(__file__).parents[3] / "docs" / "operations.md").read_text()
+    documented = set(re.findall(r"^\| `(ethereal_kafka_\w+)` \|", doc, flags=re.M))
+    exported = {
+        f"{family.name}_total" if family.type == "counter" else family.name
+        for family in two_queries().collect()
+    }
+    assert documented == exported
