@@ -197,6 +197,7 @@ class JobMetrics:
         self.state_rows: dict[Labels, int] = {}  # (query, operator)
         self.state_bytes: dict[Labels, int] = {}  # (query, operator)
         self._began = clock()
+        self._batches: dict[str, int] = {}  # query: the newest batch id whose progress was counted
         self.records_out: dict[Labels, int] = defaultdict(int)  # (query, sink)
         self.dead_lettered: dict[Labels, int] = defaultdict(int)  # (query, source)
         self.skipped: dict[Labels, int] = defaultdict(int)  # (query, source)
@@ -285,13 +286,19 @@ class JobMetrics:
 
     def observe_progress(self, progress: Mapping[str, Any]) -> None:
         """Take lag, watermark drops, the watermark and the state stores' size from one Spark progress report (its
-        JSON form, parsed, as `StreamingQuery.lastProgress` also gives it)."""
+        JSON form, parsed). Called by the progress listener for every report, and by the runner with each query's
+        `lastProgress` when the run ends (the listener's last reports may still be on their way): a report of a
+        batch already seen updates the gauges only, so no drop is counted twice."""
         name = str(progress.get("name") or "")
         prefix = f"{self.app_id}-"
         if not name.startswith(prefix):
             return
         query = name[len(prefix) :]
+        batch = int(progress.get("batchId", -1))
         with self._lock:
+            counted = batch < 0 or batch > self._batches.get(query, -1)
+            if counted and batch >= 0:
+                self._batches[query] = batch
             for source in progress.get("sources") or ():
                 end = offsets_of(source.get("endOffset"))
                 latest = offsets_of(source.get("latestOffset"))
@@ -307,7 +314,7 @@ class JobMetrics:
             for operator in progress.get("stateOperators") or ():
                 origin = str(operator.get("operatorName") or "stateful operator")
                 dropped = int(operator.get("numRowsDroppedByWatermark") or 0)
-                if dropped:
+                if dropped and counted:
                     self.late[(query, "watermark", origin)] += dropped
                 rows[(query, origin)] += int(operator.get("numRowsTotal") or 0)
                 size[(query, origin)] += int(operator.get("memoryUsedBytes") or 0)

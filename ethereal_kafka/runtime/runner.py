@@ -11,6 +11,7 @@ error exits 1 with a one-line reason; the full trace is in the run's log folder 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import sys
 import time
@@ -38,7 +39,7 @@ from ethereal_kafka.runtime.imports import export_to_workers
 from ethereal_kafka.runtime.job import RunningJob
 from ethereal_kafka.runtime.lifecycle import JobLifecycle, StopReport
 from ethereal_kafka.runtime.logs import configure_python_logging, default_log_dir, route_spark_logs
-from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
+from ethereal_kafka.runtime.metrics import JobMetrics, RunMetrics, open_metrics
 from ethereal_kafka.runtime.pipeline import build_pipeline
 from ethereal_kafka.runtime.preflight import require_preflight
 
@@ -315,6 +316,8 @@ def execute(
         if guard.taken_over_by is not None:
             report = dataclasses.replace(report, taken_over_by=guard.taken_over_by)
         if metrics.metrics is not None:
+            for query in running.queries.values():
+                observe_last_progress(metrics.metrics, query)
             report = dataclasses.replace(report, summary=metrics.metrics.summary())
         return report
     except EtherealKafkaError:
@@ -394,6 +397,18 @@ def run(
             log.info("%s", line)
     log.info("%s", report.line())
     return 0
+
+
+def observe_last_progress(metrics: JobMetrics, query: StreamingQuery) -> None:
+    """Hand `query`'s last progress report (`lastProgress`, as JSON) to `metrics`: the listener delivers reports
+    asynchronously, so the run's summary reads the final watermark and state size here. Never raises."""
+    try:
+        progress = query.lastProgress
+        if progress is not None:
+            text = getattr(progress, "json", None)
+            metrics.observe_progress(json.loads(text) if isinstance(text, str) else progress)
+    except Exception:  # for people only: the summary keeps the listener's figures
+        log.debug("last progress of %s not read", query.name, exc_info=True)
 
 
 def open_ui(loaded: LoadedJob, metrics: RunMetrics) -> Any:

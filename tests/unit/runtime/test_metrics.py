@@ -237,6 +237,7 @@ def test_progress_reports_give_lag_per_partition_and_watermark_drops() -> None:
     )
     m.observe_progress(
         progress(f"{APP}-out", {"orders": {"0": 20, "1": 7}}, {"orders": {"0": 25, "1": 7}}, 3)
+        | {"batchId": 4}
     )
     m.observe_progress(progress("another-app-out", {"orders": {"0": 0}}, {"orders": {"0": 99}}, 50))
     assert m.lag == {("out", "events", "orders", "0"): 5, ("out", "events", "orders", "1"): 0}

@@ -228,3 +228,16 @@ def test_every_exported_metric_is_documented_and_every_documented_one_exported()
         for family in two_queries().collect()
     }
     assert documented == exported
+
+
+def test_a_progress_report_seen_twice_counts_its_drops_once() -> None:
+    """The runner hands each query's `lastProgress` over when the run ends, which the listener may have delivered
+    already: the gauges take it again, the late-record counter does not."""
+    m = two_queries()
+    dropped = {"operatorName": "stateStoreSave", "numRowsTotal": 3, "numRowsDroppedByWatermark": 2}
+    m.observe_progress(progress("totals", "2026-01-01T00:00:30.000Z", [dropped]))
+    m.observe_progress(progress("totals", "2026-01-01T00:00:30.000Z", [{**dropped, "numRowsTotal": 5}]))
+    assert m.late == {("totals", "watermark", "stateStoreSave"): 2}
+    assert m.state_rows == {("totals", "stateStoreSave"): 5}
+    m.observe_progress({**progress("totals", None, [dropped]), "batchId": 5})
+    assert m.late == {("totals", "watermark", "stateStoreSave"): 4}
