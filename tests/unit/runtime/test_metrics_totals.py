@@ -4,6 +4,7 @@ watermark and state-store gauges taken from Spark's progress reports."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.read_stats import ReadReport, age_bucket
 from ethereal_kafka.runtime.metrics import EPOCH_BUCKETS, LATENCY_BUCKETS, JobMetrics
 from ethereal_kafka.runtime.progress import render
+from ethereal_kafka.runtime.runner import observe_last_progress
 from ethereal_kafka.runtime.summary import RunSummary
 
 APP = "shop"
@@ -241,3 +243,30 @@ def test_a_progress_report_seen_twice_counts_its_drops_once() -> None:
     assert m.state_rows == {("totals", "stateStoreSave"): 5}
     m.observe_progress({**progress("totals", None, [dropped]), "batchId": 5})
     assert m.late == {("totals", "watermark", "stateStoreSave"): 4}
+
+
+def test_the_last_progress_of_a_query_reaches_the_summary() -> None:
+    """`run` reads each query's `lastProgress` before the summary (PySpark 4 gives an object with a `json` text);
+    a query whose progress cannot be read leaves the figures as they were."""
+
+    class Progress:
+        json = json.dumps(
+            progress("totals", "2026-01-01T00:00:30.000Z", [{"operatorName": "agg", "numRowsTotal": 9}])
+        )
+
+    class Query:
+        name = "totals"
+        lastProgress = Progress()
+
+    class Broken:
+        name = "enrich"
+
+        @property
+        def lastProgress(self) -> Any:
+            raise RuntimeError("query gone")
+
+    m = two_queries()
+    observe_last_progress(m, Query())  # type: ignore[arg-type]
+    observe_last_progress(m, Broken())  # type: ignore[arg-type]
+    assert m.summary().state_rows == {"totals": 9}
+    assert m.summary().watermarks_s == {"totals": 1767225630.0}
