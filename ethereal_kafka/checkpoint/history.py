@@ -73,7 +73,8 @@ class EpochRecord:
         mode: How the epoch was written: "partition-preserving", "shuffling", "at-least-once" or "at-most-once".
         start_offsets: Input offsets the epoch started from (may be empty when unknown).
         end_offsets: Input offsets the epoch ended at (exclusive).
-        records_in: Records read, or -1 when unknown.
+        records_in: Offsets the epoch advanced its inputs by (records plus transaction markers and aborted
+            records), or -1 when unknown; `records_read` is the count of records.
         records_out: Records written to the sinks.
         tasks: Sink tasks run.
         skipped_tasks: Tasks that found their epoch marker already committed (a replay of a committed epoch).
@@ -95,6 +96,9 @@ class EpochRecord:
         latency: End-to-end latency of the epoch's input records as a histogram, `{"bounds": [seconds, ...],
             "counts": [n, ...], "sum": seconds}` (`counts` has one more entry than `bounds`: the overflow); None
             when the job ran without metrics.
+        records_read: Records the epoch's read tasks reported reading from Kafka (poison records included;
+            transaction markers and aborted records not); None when the job ran without metrics or a report is
+            missing.
     """
 
     app_id: str
@@ -119,6 +123,7 @@ class EpochRecord:
     marker_offsets: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
     lag: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     latency: Mapping[str, Any] | None = None
+    records_read: int | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

@@ -11,6 +11,7 @@ from ethereal_kafka.checkpoint.history import CheckpointHistory, EpochRecord
 from ethereal_kafka.cli.app_job import add_history_argument
 
 COLUMNS = (
+    "QUERY",
     "EPOCH",
     "CHECKPOINT",
     "MODE",
@@ -79,11 +80,12 @@ def _row(rec: EpochRecord) -> tuple[str, ...]:
         error = error[: _ERROR_WIDTH - 3] + "..."
     advanced = rec.offsets_advanced
     return (
+        rec.query or "-",
         str(rec.epoch),
         rec.checkpoint_id[:8],
         rec.mode,
         rec.outcome,
-        str(rec.records_in) if rec.records_in >= 0 else "?",
+        str(rec.records_read) if rec.records_read is not None else "?",
         str(rec.records_out),
         f"{rec.tasks} ({rec.skipped_tasks} skipped)" if rec.skipped_tasks else str(rec.tasks),
         str(rec.duration_ms),

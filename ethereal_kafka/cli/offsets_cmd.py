@@ -93,15 +93,14 @@ def report(
 ) -> dict[str, Any]:
     """The JSON document of `offsets --json`.
 
-    `{"app_id", "lag": total or null, "partitions": [{"source", "group", "topic", "partition", "committed",
+    `{"app_id", "lag": total (`total_lag`) or null, "partitions": [{"source", "group", "topic", "partition", "committed",
     "earliest", "end", "lag", "marker", "metadata"}], "progress": [{"query", "group", "topic", "partitions":
     [{"partition", "offset", "marker", "metadata"}]}]}`; `committed`/`lag`/`offset` are null where the group has no
     offset, `marker` as `marker_json`.
     """
-    lags = [p.lag for p in partitions if p.lag is not None]
     return {
         "app_id": app_id,
-        "lag": sum(lags) if lags else None,
+        "lag": total_lag(partitions),
         "partitions": [
             {
                 "source": p.source,
@@ -137,10 +136,28 @@ def report(
     }
 
 
+def total_lag(partitions: Sequence[PartitionOffsets]) -> int | None:
+    """The app's lag: per input partition the largest lag of any of its consumer groups (the slowest query), summed
+    over the distinct partitions; None when no group has an offset."""
+    worst: dict[tuple[str, int], int] = {}
+    for p in partitions:
+        if p.lag is not None:
+            worst[(p.topic, p.partition)] = max(worst.get((p.topic, p.partition), 0), p.lag)
+    return sum(worst.values()) if worst else None
+
+
 def render(app_id: str, partitions: Sequence[PartitionOffsets], progress: Sequence[ProgressOffsets]) -> str:
-    """The human form: a line naming the app and its total lag, the input table, then the progress table."""
-    lags = [p.lag for p in partitions if p.lag is not None]
-    head = f"app {app_id}: {len(partitions)} input partition(s), total lag {sum(lags) if lags else '-'}"
+    """The human form: a line naming the app, its distinct input partitions (and the consumer groups reading them,
+    when a source is read by several queries) and its total lag (`total_lag`), the input table, then the progress
+    table."""
+    readers: dict[tuple[str, int], int] = {}
+    for p in partitions:
+        readers[(p.topic, p.partition)] = readers.get((p.topic, p.partition), 0) + 1
+    most = max(readers.values(), default=1)
+    read_by = f" (read by {most} queries, one consumer group each)" if most > 1 else ""
+    distinct = len(readers)
+    lag = total_lag(partitions)
+    head = f"app {app_id}: {distinct} input partition(s){read_by}, total lag {'-' if lag is None else lag}"
     rows = [
         (
             p.source,

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from ethereal_kafka.runtime.job import RunningJob
+    from ethereal_kafka.runtime.summary import RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class StopReport:
         interrupted: `{query: epoch}` of the epochs a forced stop interrupted.
         refused: `(query, epoch)` of the epochs Spark had planned but the closed gate refused.
         taken_over_by: The instance that took the app over (`run --takeover`), when that ended the run.
+        summary: The run's totals (records in and out, dead-lettered, late, epochs, wall time), which `run` prints
+            before the stop line; None when the job ran without metrics (`runtime.summary`).
     """
 
     how: str
@@ -70,6 +73,7 @@ class StopReport:
     interrupted: dict[str, int] = field(default_factory=dict)
     refused: list[tuple[str, int]] = field(default_factory=list)
     taken_over_by: str | None = None
+    summary: RunSummary | None = None
 
     def line(self) -> str:
         """The one-line summary the runner logs last (tests and operators grep it)."""

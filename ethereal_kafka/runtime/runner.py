@@ -11,6 +11,7 @@ error exits 1 with a one-line reason; the full trace is in the run's log folder 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -44,7 +45,7 @@ from ethereal_kafka.runtime.logs import (
     route_spark_logs,
     spark_log_options,
 )
-from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
+from ethereal_kafka.runtime.metrics import JobMetrics, RunMetrics, open_metrics
 from ethereal_kafka.runtime.pipeline import build_pipeline
 from ethereal_kafka.runtime.preflight import require_preflight
 
@@ -315,9 +316,15 @@ def execute(
         metrics.start_progress()
         lifecycle.attach(running, coordinator.gate)
         log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
+        if spark.sparkContext.uiWebUrl:  # `spark.ui.enabled=true` (docs/operations.md)
+            log.info("Spark UI at %s", spark.sparkContext.uiWebUrl)
         report = lifecycle.wait()
         if guard.taken_over_by is not None:
             report = dataclasses.replace(report, taken_over_by=guard.taken_over_by)
+        if metrics.metrics is not None:
+            for query in running.queries.values():
+                observe_last_progress(metrics.metrics, query)
+            report = dataclasses.replace(report, summary=metrics.metrics.summary())
         return report
     except EtherealKafkaError:
         log.debug("job %s failed", job.app_id, exc_info=True)
@@ -397,8 +404,23 @@ def run(
     finally:
         guard.release()
         lifecycle.restore_signal_handlers()
+    if report.summary is not None:
+        for line in report.summary.lines():
+            log.info("%s", line)
     log.info("%s", report.line())
     return 0
+
+
+def observe_last_progress(metrics: JobMetrics, query: StreamingQuery) -> None:
+    """Hand `query`'s last progress report (`lastProgress`, as JSON) to `metrics`: the listener delivers reports
+    asynchronously, so the run's summary reads the final watermark and state size here. Never raises."""
+    try:
+        progress = query.lastProgress
+        if progress is not None:
+            text = getattr(progress, "json", None)
+            metrics.observe_progress(json.loads(text) if isinstance(text, str) else progress)
+    except Exception:  # for people only: the summary keeps the listener's figures
+        log.debug("last progress of %s not read", query.name, exc_info=True)
 
 
 def open_ui(loaded: LoadedJob, metrics: RunMetrics) -> Any:

@@ -56,9 +56,10 @@ def latency_from_figures(figures: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def latency_from_epochs(records: Iterable[EpochRecord]) -> dict[str, Any]:
-    """Per query, the percentiles of the sum of its committed epochs' latency histograms."""
+    """Per query, the percentiles of the sum of its committed epochs' latency histograms (on the newest epoch's
+    buckets: epochs of an older run with other buckets are left out)."""
     totals: dict[str, Histogram] = {}
-    for record in records:
+    for record in reversed(list(records)):
         hist = _histogram(record.latency) if record.outcome == "committed" else None
         if hist is None:
             continue

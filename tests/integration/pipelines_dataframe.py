@@ -19,3 +19,11 @@ def two_copies(sources: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
 def one_sink_per_source(sources: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
     """Each of two sources written to its own sink: each query reads one of the job's two sources."""
     return {"a": sources["orders"].select("key", "value"), "b": sources["customers"].select("key", "value")}
+
+
+def copy_and_window(sources: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
+    """One source read by two queries: `a` stateless (`eos.stateless`), `b` an event-time windowed count with a
+    watermark (`eos.windowed_count`: stateful)."""
+    from ethereal_kafka.examples import eos
+
+    return {"a": eos.stateless(sources), "b": eos.windowed_count(sources)}

@@ -349,8 +349,20 @@ def test_one_instance_per_app_a_second_start_is_refused_and_a_takeover_hands_ove
     print(f"second start refused in {refused_s:.1f}s: {last}")
     assert code == 0, log[-3000:]
     assert "stopped on takeover: graceful" in log and "handed over to instance" in log, log[-3000:]
-    cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
+    got = output(bs, dst)
+    cmp = compare(eos.stateless_reference(inputs), pairs(got))
     assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
+    # Each run's summary (printed before its stop line) counts what its committed epochs wrote: together, the topic.
+    written = [_summary_out(text) for text in (log, took_over.stderr)]
+    assert sum(written) == len(got), (written, len(got))
+
+
+def _summary_out(stderr: str) -> int:
+    """Records out in the summary block of a run's stderr (`  out  QUERY -> SINK N`, one query, one sink)."""
+    lines = stderr.splitlines()
+    head = next(i for i, line in enumerate(lines) if "summary of " in line)
+    out = next(line for line in lines[head:] if line.split(": ", 1)[-1].lstrip().startswith("out "))
+    return int(out.rsplit(" ", 1)[-1].replace(",", ""))
 
 
 def test_broker_restart_mid_run(

@@ -63,7 +63,7 @@
       EK.el("td", { class: "num", text: e.epoch }),
       EK.el("td", { text: EK.fmt.clock(e.started_ms), title: `${EK.fmt.time(e.started_ms)} UTC` }),
       EK.el("td", { class: "num", text: EK.fmt.int(e.duration_ms) }),
-      EK.el("td", { class: "num", text: EK.fmt.int(e.records_in) }),
+      EK.el("td", { class: "num", text: EK.fmt.int(e.records_read != null ? e.records_read : e.records_in) }),
       EK.el("td", { class: "num", text: EK.fmt.int(e.records_out) }),
       EK.el("td", { class: "num", text: EK.fmt.ms(e.commit_ms) }),
       EK.el("td", { text: e.watermark_ms ? EK.fmt.clock(e.watermark_ms) : "-", title: e.watermark_ms ? `${EK.fmt.time(e.watermark_ms)} UTC` : null }),

@@ -67,7 +67,7 @@
       for (const e of state.epochs) {
         if (e.outcome !== "committed" || e.started_ms < since) continue;
         const t = totals[e.query] || (totals[e.query] = { in: 0, out: 0, epochs: 0, last: null });
-        t.in += Math.max(0, e.records_in); t.out += e.records_out; t.epochs += 1; t.last = e.epoch;
+        t.in += Math.max(0, e.records_read != null ? e.records_read : e.records_in); t.out += e.records_out; t.epochs += 1; t.last = e.epoch;
       }
       for (const [query, t] of Object.entries(totals)) {
         add(out.query, query, `last run: ${EK.fmt.int(t.epochs)} epochs, in ${EK.fmt.int(t.in)}, out ${EK.fmt.int(t.out)}`);

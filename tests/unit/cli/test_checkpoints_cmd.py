@@ -47,6 +47,9 @@ def _epochs() -> list[EpochRecord]:
             duration_ms=321,
             outcome=outcome,
             error=error,
+            query="enrich",
+            # 150 offsets: 147 records (the read tasks' count) and 3 transaction markers
+            records_read=147 if outcome == "committed" else None,
         )
 
     return [rec(0), rec(1, "failed", "TransactionError: commit\ntimed out"), rec(1, skipped=2)]
@@ -71,20 +74,21 @@ def test_table_lists_attempts_newest_last(
     assert len(lines) == 4
     first, failed, replay = (line.split() for line in lines[1:])
     assert first == [
+        "enrich",
         "0",
         "01234567",
         "shuffling",
         "committed",
-        "150",
+        "147",
         "140",
         "4",
         "321",
         "2023-11-14T22:13:20.000Z",
         "+150",
     ]
-    assert failed[:4] == ["1", "01234567", "shuffling", "failed"]
+    assert failed[:6] == ["enrich", "1", "01234567", "shuffling", "failed", "?"]
     assert failed[-4:] == ["TransactionError:", "commit", "timed", "out"]
-    assert replay[:4] == ["1", "01234567", "shuffling", "committed"]
+    assert replay[:5] == ["enrich", "1", "01234567", "shuffling", "committed"]
     assert "4 (2 skipped)" in lines[3]
     assert "2023-11-14T22:13:21.000Z" in lines[3]
 
@@ -138,8 +142,12 @@ def test_missing_history_is_an_error(home: Path) -> None:
 def test_unknown_value_in_an_old_row_renders(capsys: pytest.CaptureFixture[str]) -> None:
     rec = _epochs()[0]
     unknown = EpochRecord.from_json(
-        json.dumps(json.loads(rec.to_json()) | {"records_in": -1, "start_offsets": {}})
+        json.dumps(
+            {k: v for k, v in json.loads(rec.to_json()).items() if k not in ("query", "records_read")}
+            | {"records_in": -1, "start_offsets": {}}
+        )
     )
     row = checkpoints_cmd.render_table([unknown]).splitlines()[1].split()
-    assert row[4] == "?"
-    assert row[9] == "?"
+    assert row[0] == "-"  # written before queries were named
+    assert row[5] == "?"  # written before read tasks' record counts were kept
+    assert row[10] == "?"

@@ -111,6 +111,22 @@ def test_render_shows_one_row_per_partition_and_the_progress_table() -> None:
     assert any(line.split()[:4] == ["out", "shop.ethereal-progress.out", "0", "8"] for line in lines)
 
 
+def test_two_queries_reading_one_topic_count_its_partitions_once() -> None:
+    """A 2-partition topic read by two queries (one consumer group each): 2 partitions, not 4; the total lag is the
+    slowest query's, per partition (rows stay per group)."""
+    rows = [
+        PartitionOffsets("events", f"shop.{query}", CommittedOffset("orders", p, committed, None), 0, 100)
+        for query, lags in (("enrich", (0, 10)), ("totals", (30, 5)))
+        for p, committed in enumerate(100 - lag for lag in lags)
+    ]
+    text = render("shop", rows, [])
+    assert text.splitlines()[0] == (
+        "app shop: 2 input partition(s) (read by 2 queries, one consumer group each), total lag 40"
+    )
+    assert [line.split()[1] for line in text.splitlines()[3:]] == ["shop.enrich"] * 2 + ["shop.totals"] * 2
+    assert report("shop", rows, [])["lag"] == 40
+
+
 def test_render_without_progress_has_no_progress_table() -> None:
     assert "progress markers" not in render("shop", _partitions(), [])
 
