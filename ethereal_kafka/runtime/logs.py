@@ -2,7 +2,7 @@
 
 On stderr an operator sees the framework's lifecycle lines (started, stopping, stopped) and, for Spark's own
 warnings and errors, only their first line; a fatal error ends the output with one `error: ...` line. The log folder
-(`--log-dir`, default `<tmp>/ethereal-kafka/<app.id>`) keeps everything with stack traces: `spark.log` (Spark's
+(`--log-dir`, default `<cache>/apps/<app.id>/logs`, see `default_log_dir`) keeps everything with stack traces: `spark.log` (Spark's
 log4j output of the driver JVM, rolled at 20 MB) and `ethereal-kafka.log` (the framework's Python log, with the full
 trace of a failure).
 
@@ -12,10 +12,12 @@ Nothing here runs at import time; `configure_python_logging` and `route_spark_lo
 from __future__ import annotations
 
 import logging
+import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ethereal_kafka.broker.jars import cache_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,9 +54,18 @@ rootLogger.appenderRef.file.ref = file
 """
 
 
+#: Environment variable naming the folder every run's default log folder goes under (`<it>/<app.id>`).
+LOG_ROOT_ENV = "ETHEREAL_KAFKA_LOG_DIR"
+
+
 def default_log_dir(app_id: str) -> Path:
-    """`<tmp>/ethereal-kafka/<app.id>`: where a run logs when `--log-dir` is not given."""
-    return Path(tempfile.gettempdir()) / "ethereal-kafka" / app_id
+    """Where a run logs when `--log-dir` is not given: `$ETHEREAL_KAFKA_LOG_DIR/<app.id>` when that is set, else
+    `<cache>/apps/<app.id>/logs` beside the app's history (`broker.jars.cache_home`: `$ETHEREAL_KAFKA_HOME`, else
+    `$XDG_CACHE_HOME/ethereal-kafka`, else `~/.cache/ethereal-kafka`), so two users of a host never share one."""
+    root = os.environ.get(LOG_ROOT_ENV)
+    if root:
+        return Path(root).expanduser() / app_id
+    return cache_home() / "apps" / app_id / "logs"
 
 
 def configure_python_logging(log_dir: Path) -> Path:
