@@ -15,7 +15,11 @@ PAGE = "testing-your-job.md"
 TEST_FILE = "tests/test_large_orders.py"
 
 
-def test_the_documented_example_test_passes(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_the_documented_example_test_passes(
+    tmp_path: Path, request: pytest.FixtureRequest, kafka_cluster: object, spark: object
+) -> None:
+    """(`kafka_cluster` and `spark` are asked for here only so that their start counts as set-up, not as the
+    example's run.)"""
     files = write_doc_files(PAGE, tmp_path / "project")
     source = files[TEST_FILE]
     namespace: dict[str, object] = {"__file__": str(source), "__name__": "test_large_orders"}

@@ -81,7 +81,9 @@ def test_defaults_are_per_user_under_the_cache(monkeypatch: pytest.MonkeyPatch, 
     for var in ("ETHEREAL_KAFKA_HOME", "ETHEREAL_KAFKA_LOG_DIR"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert BrokerSettings().resolved_state_dir() == tmp_path / "xdg" / "ethereal-kafka" / "brokers" / "default"
+    assert (
+        BrokerSettings().resolved_state_dir() == tmp_path / "xdg" / "ethereal-kafka" / "brokers" / "default"
+    )
     assert default_log_dir("orders") == tmp_path / "xdg" / "ethereal-kafka" / "apps" / "orders" / "logs"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert default_log_dir("orders") == Path.home() / ".cache" / "ethereal-kafka" / "apps" / "orders" / "logs"
