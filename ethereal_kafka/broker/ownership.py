@@ -151,6 +151,8 @@ def _pid_of_sockets(inodes: set[int]) -> int | None:
 
 def _args(pid: int) -> list[str]:
     try:
-        return [a for a in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0") if a]
+        return [
+            a for a in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0") if a
+        ]
     except OSError:
         return []

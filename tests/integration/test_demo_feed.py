@@ -21,7 +21,8 @@ def test_feed_creates_the_demo_topics_and_produces_orders(
     for var, topic in topics.items():
         monkeypatch.setenv(var, topic)
     bootstrap = kafka_cluster.bootstrap
-    monkeypatch.setenv("ETHEREAL_KAFKA_BOOTSTRAP", bootstrap)  # main() sets it for the job file: restored after
+    # main() sets it for the job file; monkeypatch restores it afterwards
+    monkeypatch.setenv("ETHEREAL_KAFKA_BOOTSTRAP", bootstrap)
     assert main(["--bootstrap", bootstrap, "--records", "30"]) == 0
     first = capsys.readouterr().out
     assert f"created topics: {topics['DEMO_INPUT_TOPIC']}, {topics['DEMO_OUTPUT_TOPIC']}, " in first
