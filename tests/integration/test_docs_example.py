@@ -39,12 +39,12 @@ SHOUTING = """\
 from pyspark.sql import functions as F
 
 
-@F.udf("string")
-def shout(name):
+def loud(name):
     return name.upper()
 
 
 def build(env):
+    shout = F.udf(loud, "string")  # `loud` is pickled by reference: the workers import this module
     orders = env.from_source("orders")
     orders.with_columns(customer=shout(F.col("customer"))).select("order_id", "customer").sink_to("large-orders")
 """
