@@ -23,10 +23,11 @@ from importlib import resources
 from pathlib import Path
 
 from ethereal_kafka.broker.jars import cache_home, ensure_jars, kafka_version
+from ethereal_kafka.broker.ownership import port_holder, refuse_foreign, start_lock
+from ethereal_kafka.broker.procs import JVM_MARKER
 from ethereal_kafka.errors import BrokerError
 
-#: Marker put on the broker JVM's command line so a broker can be recognised (and leaks found) by `pgrep -f`.
-JVM_MARKER = "-Dethereal.kafka.broker.dir="
+__all__ = ["JVM_MARKER", "BrokerSettings", "BrokerStatus", "LocalBroker", "format_storage"]
 
 #: Broker settings a single node needs for transactions (see KAFKA-BROKER-NOTES.md).
 SINGLE_NODE_SETTINGS: Mapping[str, str] = {
@@ -154,16 +155,26 @@ class LocalBroker:
     def start(self) -> BrokerStatus:
         """Start the broker in the background and wait until a metadata request answers.
 
-        Idempotent: a running broker is returned as it is. A stopped broker restarts on its former ports with its
-        former data, so clients holding its bootstrap address reconnect.
+        Idempotent: a running broker this user started is returned as it is (a concurrent start of the same state
+        directory waits for the first and returns its broker). A stopped broker restarts on its former ports with
+        its former data, so clients holding its bootstrap address reconnect. A broker this user did not start is
+        never replaced (`broker.ownership`).
 
         Raises:
-            BrokerError: Java or Maven missing, jar download failed, a port is busy, or the broker did not become
-                ready within `start_timeout_s` (the message names the log file).
+            BrokerError: the state directory or a broker running from it belongs to someone else, Java or Maven
+                missing, jar download failed, a port is busy (the message says who holds it), or the broker did not
+                become ready within `start_timeout_s` (the message names the log file).
         """
+        refuse_foreign(self.state_dir, _int(self._read_state().get("pid")) or None)
         current = self.status()
         if current.running:
             return current
+        with start_lock(self.state_dir):
+            refuse_foreign(self.state_dir, _int(self._read_state().get("pid")) or None)
+            current = self.status()
+            return current if current.running else self._start()
+
+    def _start(self) -> BrokerStatus:
         java = _find_java()
         libs = ensure_jars()
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -174,7 +185,11 @@ class LocalBroker:
         )
         for p in (port, controller_port):
             if not _port_free(p):
-                raise BrokerError(f"port 127.0.0.1:{p} is busy: stop what uses it or choose another port")
+                holder = port_holder(p)
+                raise BrokerError(
+                    f"port 127.0.0.1:{p} is busy{f' (held by {holder})' if holder else ''}: "
+                    "stop what uses it or choose another port"
+                )
         props = self._write_config(port, controller_port)
         if not (self._data_dir / "meta.properties").exists():
             format_storage(java, libs, props, self._data_dir, _cluster_id())
@@ -228,10 +243,14 @@ class LocalBroker:
 
         Returns:
             True if a running broker was stopped, False if none ran.
+
+        Raises:
+            BrokerError: the broker belongs to another user (`ownership.refuse_foreign`), or did not exit.
         """
         pid = self._live_pid()
         if pid is None:
             return False
+        refuse_foreign(self.state_dir, pid)
         _signal(pid, signal.SIGTERM)
         if not _wait_gone(pid, self.state_dir, timeout_s):
             _signal(pid, signal.SIGKILL)

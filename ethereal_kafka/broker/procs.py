@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+#: Marker put on the broker JVM's command line so a broker can be recognised (and leaks found) by `pgrep -f`.
+JVM_MARKER = "-Dethereal.kafka.broker.dir="
+
 
 def live_pids(matches: Callable[[list[str]], bool]) -> list[int]:
     """PIDs of live (non-zombie) processes whose argument list satisfies `matches`."""

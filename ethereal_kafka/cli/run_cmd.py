@@ -21,7 +21,8 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--log-dir",
         default=None,
-        help="folder for the full logs (Spark's and the framework's); default <tmp>/ethereal-kafka/<app.id>",
+        help="folder for the full logs (Spark's and the framework's); default $ETHEREAL_KAFKA_LOG_DIR/<app.id>, "
+        "else <cache>/apps/<app.id>/logs (~/.cache/ethereal-kafka, $XDG_CACHE_HOME or $ETHEREAL_KAFKA_HOME)",
     )
     parser.set_defaults(handler=run)
 

@@ -120,6 +120,26 @@ def pipeline(env: StreamExecutionEnvironment) -> None:
     )
 
 
+def demo_topics(loaded: Any) -> list[str]:
+    """The topics the demo job reads and writes: its source's first topic, then each sink's topic."""
+    return [loaded.sources["orders"].topics[0], *(str(sink.topic) for sink in loaded.sinks.values())]
+
+
+def create_demo_topics(bootstrap: str, loaded: Any, partitions: int = 2) -> list[str]:
+    """Create the demo job's topics (`demo_topics`) that do not exist yet; returns the ones it created.
+
+    Called by `run_demo` on its fresh broker and by `demo.feed` (Docker compose) on a broker that may hold them
+    from an earlier `up`.
+    """
+    from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata
+
+    existing = set(cluster_metadata(admin_client(bootstrap), bootstrap).topics)
+    created = [t for t in demo_topics(loaded) if t not in existing]
+    for topic in created:
+        create_topic(bootstrap, topic, partitions=partitions)
+    return created
+
+
 def run_demo(connectors: Path | None, records: int) -> None:
     """Run the whole demo (see module docstring); raises on any failure so `make demo` exits non-zero.
 
@@ -142,11 +162,9 @@ def run_demo(connectors: Path | None, records: int) -> None:
         source = loaded.sources["orders"]
         print(f"[demo] job:    {loaded.job!r}")
         print(f"[demo] source: {source!r}")
-        create_topic(status.bootstrap, source.topics[0], partitions=2)
         for sink in loaded.sinks.values():
             print(f"[demo] sink:   {sink!r}")
-            assert sink.topic is not None
-            create_topic(status.bootstrap, sink.topic, partitions=2)
+        create_demo_topics(status.bootstrap, loaded)
         orders = demo_orders(records)
         produce(status.bootstrap, source.topics[0], orders)
         print(f"[demo] fed {len(orders)} orders into {source.topics[0]}")

@@ -1,11 +1,11 @@
 """Logging of `ethereal-kafka run`: short lines on stderr, the full story in a log folder.
 
 On stderr an operator sees the framework's lifecycle lines (started, stopping, stopped), the progress line and, for
-a fatal error, one `error: ...` line at the end. The log folder (`--log-dir`, default
-`<tmp>/ethereal-kafka/<app.id>`) keeps everything with stack traces: `spark.log` (Spark's log4j output of the driver
-JVM, rolled at 20 MB; the JVM is started with that configuration, `spark_log_options`) and `ethereal-kafka.log` (the
-framework's Python log, with the full trace of a failure, and librdkafka's own lines from the driver's Kafka clients);
-the Python workers of a local session write theirs to `librdkafka-workers.log` (`clients.LOG_DIR_ENV`).
+a fatal error, one `error: ...` line at the end. The log folder (`--log-dir`, default `<cache>/apps/<app.id>/logs`,
+see `default_log_dir`) keeps everything with stack traces: `spark.log` (Spark's log4j output of the driver JVM,
+rolled at 20 MB; the JVM is started with that configuration, `spark_log_options`) and `ethereal-kafka.log` (the
+framework's Python log, with the full trace of a failure, and librdkafka's own lines from the driver's Kafka
+clients); the Python workers of a local session write theirs to `librdkafka-workers.log` (`clients.LOG_DIR_ENV`).
 
 A line written while the progress line is live on a terminal first erases it (`progress.above_live_line`), so
 nothing is glued onto it.
@@ -17,11 +17,12 @@ by the runner.
 from __future__ import annotations
 
 import logging
+import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from ethereal_kafka.broker.jars import cache_home
 from ethereal_kafka.connectors.kafka.clients import LIBRDKAFKA_LOGGER
 from ethereal_kafka.runtime.progress import above_live_line
 
@@ -53,9 +54,18 @@ rootLogger.appenderRef.file.ref = file
 """
 
 
+#: Environment variable naming the folder every run's default log folder goes under (`<it>/<app.id>`).
+LOG_ROOT_ENV = "ETHEREAL_KAFKA_LOG_DIR"
+
+
 def default_log_dir(app_id: str) -> Path:
-    """`<tmp>/ethereal-kafka/<app.id>`: where a run logs when `--log-dir` is not given."""
-    return Path(tempfile.gettempdir()) / "ethereal-kafka" / app_id
+    """Where a run logs when `--log-dir` is not given: `$ETHEREAL_KAFKA_LOG_DIR/<app.id>` when that is set, else
+    `<cache>/apps/<app.id>/logs` beside the app's history (`broker.jars.cache_home`: `$ETHEREAL_KAFKA_HOME`, else
+    `$XDG_CACHE_HOME/ethereal-kafka`, else `~/.cache/ethereal-kafka`), so two users of a host never share one."""
+    root = os.environ.get(LOG_ROOT_ENV)
+    if root:
+        return Path(root).expanduser() / app_id
+    return cache_home() / "apps" / app_id / "logs"
 
 
 class ConsoleHandler(logging.StreamHandler[TextIO]):

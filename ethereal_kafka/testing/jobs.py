@@ -19,6 +19,12 @@ What differs from `ethereal-kafka run` (and why it does not matter to what a tes
 - `env`: environment variables for the job's Python workers (fault injection, for instance) reach them through
   the SparkContext's `environment`, which Spark hands to the Python functions it creates while the job's queries
   are built (such functions get workers of their own); the driver-side `os.environ` is set for the run as well.
+- `env` is in force while the job file is read too, so `${VAR}` placeholders in the job and connector files take
+  the test's values (topics, bootstrap address, checkpoint folder).
+- A pipeline module beside the job file (`my_jobs/orders.py` next to `job.properties`, as `ethereal-kafka run`
+  finds it) is imported by the driver from there, and the job's Python workers get that folder on their
+  `PYTHONPATH` through `env` as well (only when it is not on it already: a new `PYTHONPATH` costs the run a fresh
+  Python worker daemon).
 - Signal handlers are not installed; `timeout_s` forces a stop instead (and the run then fails).
 - The app is let go when the run ends (its run lock and owner claim), as a stopping `ethereal-kafka run` does, so a
   later run or `ethereal-kafka replay` in the same test is not refused by the test process itself.
@@ -91,7 +97,8 @@ def run_in_process(
 
     Args:
         spark: The shared session (the `spark` fixture's); it keeps running afterwards.
-        env: Environment variables for the run (driver and the job's Python workers).
+        env: Environment variables for the run (driver and the job's Python workers), in force while the job
+            file is read as well (its `${VAR}` placeholders take them).
         log_dir: The run's log folder (default: as `ethereal-kafka run`).
         check: Raise `InProcessRunError` when the run failed (else return the error in `JobRun.error`).
         stop: Set by another thread to stop the run gracefully, as a first SIGTERM would (for a run started in a
@@ -106,8 +113,10 @@ def run_in_process(
     from ethereal_kafka.runtime.logs import default_log_dir
     from ethereal_kafka.runtime.runner import close_clients, execute, job_spark_conf
 
-    loaded = load_job(job_path)
+    with _environment(spark, env or {}, driver_only=True):
+        loaded = load_job(job_path)
     job = loaded.job
+    env = {**(env or {}), **_workers_path(job_path, job.pipeline, env or {})}
     logs = Path(log_dir) if log_dir else default_log_dir(job.app_id)
     lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
     lifecycle.stop_when_drained = available_now
@@ -180,13 +189,29 @@ def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None
                 spark.conf.set(key, old)
 
 
+def _workers_path(job_path: str | Path, pipeline: str | None, env: Mapping[str, str]) -> dict[str, str]:
+    """`{"PYTHONPATH": ...}` putting the job file's folder first when the pipeline's top-level module sits there and
+    the workers would not find it otherwise; else `{}`."""
+    if pipeline is None:
+        return {}
+    folder = Path(job_path).resolve().parent
+    top = pipeline.partition(":")[0].split(".")[0]
+    if not ((folder / top).is_dir() or (folder / f"{top}.py").is_file()):
+        return {}
+    current = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    paths = [p for p in current.split(os.pathsep) if p]
+    if str(folder) in paths:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join([str(folder), *paths])}
+
+
 @contextlib.contextmanager
-def _environment(spark: SparkSession, env: Mapping[str, str]) -> Iterator[None]:
-    """Give the job's Python workers (and this process) `env` for the `with` block."""
+def _environment(spark: SparkSession, env: Mapping[str, str], driver_only: bool = False) -> Iterator[None]:
+    """Give the job's Python workers (unless `driver_only`) and this process `env` for the `with` block."""
     if not env:
         yield
         return
-    context_env = spark.sparkContext.environment
+    context_env: dict[str, str] = {} if driver_only else spark.sparkContext.environment
     saved_context = {k: context_env.get(k) for k in env}
     saved_os = {k: os.environ.get(k) for k in env}
     context_env.update(env)

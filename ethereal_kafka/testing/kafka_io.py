@@ -5,9 +5,11 @@ They use plain confluent-kafka clients with bounded waits; every read states its
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic
@@ -29,6 +31,10 @@ class ReadRecord:
     value: bytes | None
     timestamp_ms: int
     headers: tuple[tuple[str, bytes | None], ...]
+
+    def json(self) -> Any:
+        """The value decoded as JSON (None for a tombstone)."""
+        return None if self.value is None else json.loads(self.value)
 
 
 def create_topic(

@@ -47,7 +47,8 @@ def test_busy_port_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert (
         result.stderr.strip()
-        == f"error: port 127.0.0.1:{port} is busy: stop what uses it or choose another port"
+        == f"error: port 127.0.0.1:{port} is busy (held by pid {os.getpid()}, {Path(sys.executable).name}): "
+        "stop what uses it or choose another port"
     )
     assert leaked_broker_pids(str(tmp_path)) == []
 

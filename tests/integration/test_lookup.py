@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import random
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.checkpoint.history import CheckpointHistory
+from ethereal_kafka.runtime.logs import default_log_dir
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import read_epochs, split_by_epochs
 from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_all
@@ -70,7 +70,7 @@ def _table_at(records: list[ReadRecord], pins: dict[int, int]) -> dict[str, dict
 
 def _log(job: ApiJob) -> str:
     """The job's full log (its failures' causes), from the default log folder."""
-    path = Path(tempfile.gettempdir()) / "ethereal-kafka" / job.app_id / "ethereal-kafka.log"
+    path = default_log_dir(job.app_id) / "ethereal-kafka.log"
     return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
 

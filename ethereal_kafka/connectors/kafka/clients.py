@@ -53,7 +53,7 @@ LIBRDKAFKA_LOGGER = "ethereal_kafka.librdkafka"
 
 #: The folder a process's librdkafka lines go to when nothing else configured the logger: `run` sets it for the
 #: Python workers of its local Spark session (they inherit the driver's environment through the JVM).
-LOG_DIR_ENV = "ETHEREAL_KAFKA_LOG_DIR"
+LOG_DIR_ENV = "ETHEREAL_KAFKA_WORKER_LOG_DIR"
 #: The file in that folder (shared by the workers; one line per write, appended).
 WORKERS_LOG = "librdkafka-workers.log"
 
@@ -61,7 +61,7 @@ WORKERS_LOG = "librdkafka-workers.log"
 def librdkafka_logger() -> logging.Logger:
     """The logger librdkafka's lines go to. It does not propagate (the framework's console handler never sees
     them). Unless a handler was added (`runtime.logs.configure_python_logging` adds the run's log file), the lines
-    go to `$ETHEREAL_KAFKA_LOG_DIR/librdkafka-workers.log` when that variable is set (a local run's Python
+    go to `$ETHEREAL_KAFKA_WORKER_LOG_DIR/librdkafka-workers.log` when that variable is set (a local run's Python
     workers), else nowhere."""
     logger = logging.getLogger(LIBRDKAFKA_LOGGER)
     logger.propagate = False

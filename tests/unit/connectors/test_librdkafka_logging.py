@@ -1,5 +1,5 @@
 """librdkafka's own log lines never reach the terminal: a process that configured nothing (a Spark Python worker of
-a local run) writes them to `$ETHEREAL_KAFKA_LOG_DIR/librdkafka-workers.log`, or drops them without that variable.
+a local run) writes them to `$ETHEREAL_KAFKA_WORKER_LOG_DIR/librdkafka-workers.log`, or drops them without that variable.
 Real processes and real clients; the address answers nobody, so no broker is needed."""
 
 from __future__ import annotations
