@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic
 
 from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata
+from ethereal_kafka.connectors.kafka.sink import produce_one
 from ethereal_kafka.errors import KafkaConnectionError
 
 Record = tuple[bytes | None, bytes | None]
@@ -84,17 +85,8 @@ def produce(
     stamps = iter(timestamps_ms) if timestamps_ms is not None else None
     count = 0
     for key, value in records:
-        kwargs: dict[str, object] = {"key": key, "value": value, "on_delivery": on_delivery}
-        if partition is not None:
-            kwargs["partition"] = partition
-        if stamps is not None:
-            kwargs["timestamp"] = next(stamps)
-        while True:
-            try:
-                producer.produce(topic, **kwargs)  # type: ignore[arg-type]
-                break
-            except BufferError:
-                producer.poll(0.1)
+        stamp = next(stamps) if stamps is not None else None
+        produce_one(producer, topic, key, value, partition, None, on_delivery, stamp)
         count += 1
     remaining = producer.flush(60)
     if remaining or errors:

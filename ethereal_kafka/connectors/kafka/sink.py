@@ -49,7 +49,7 @@ def send_records(producer: Producer, records: Iterable[OutRecord | EncodedBatch]
         if isinstance(item, EncodedBatch):
             sent = _send_batch(producer, item, on_delivery, sent)
         else:
-            _produce(producer, item.topic, item.key, item.value, item.partition, item.headers, on_delivery)
+            produce_one(producer, item.topic, item.key, item.value, item.partition, item.headers, on_delivery)
             sent += 1
             if sent % _POLL_EVERY == 0:
                 producer.poll(0)
@@ -66,7 +66,7 @@ def _send_batch(producer: Producer, batch: EncodedBatch, on_delivery: object, se
                 produce(topic, value, key, on_delivery=on_delivery)  # type: ignore[arg-type]
             except BufferError:
                 producer.poll(0.05)
-                _produce(producer, topic, key, value, None, None, on_delivery)
+                produce_one(producer, topic, key, value, None, None, on_delivery)
             sent += 1
             if sent % _POLL_EVERY == 0:
                 producer.poll(0)
@@ -76,14 +76,14 @@ def _send_batch(producer: Producer, batch: EncodedBatch, on_delivery: object, se
     for topic, key, value, partition, row_headers in zip(
         topics, batch.keys, batch.values, partitions, headers, strict=False
     ):
-        _produce(producer, topic, key, value, partition, row_headers, on_delivery)
+        produce_one(producer, topic, key, value, partition, row_headers, on_delivery)
         sent += 1
         if sent % _POLL_EVERY == 0:
             producer.poll(0)
     return sent
 
 
-def _produce(
+def produce_one(
     producer: Producer,
     topic: str,
     key: bytes | None,
@@ -91,13 +91,16 @@ def _produce(
     partition: int | None,
     headers: list[tuple[str, bytes | None]] | None,
     on_delivery: object,
+    timestamp_ms: int | None = None,
 ) -> None:
-    """Produce one record, polling while the local queue is full."""
+    """Produce one record, polling while the local queue is full (used by the sinks and the test kit)."""
     kwargs: dict[str, object] = {"key": key, "value": value, "on_delivery": on_delivery}
     if partition is not None:
         kwargs["partition"] = partition
     if headers:
         kwargs["headers"] = headers
+    if timestamp_ms is not None:
+        kwargs["timestamp"] = timestamp_ms
     while True:
         try:
             producer.produce(topic, **kwargs)  # type: ignore[arg-type]
