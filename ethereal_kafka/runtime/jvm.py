@@ -37,9 +37,9 @@ ENV_SWITCH = "ETHEREAL_KAFKA_SPARK_CDS"
 #: Extra Java options for an embedded driver JVM, appended to the job's `spark.driver.extraJavaOptions`. The test
 #: kit sets a lean profile for its many short runs (`TEST_DRIVER_OPTIONS`).
 OPTIONS_ENV = "ETHEREAL_KAFKA_DRIVER_JAVA_OPTIONS"
-#: C1 only and the serial collector: on 2 cores a short local session spends a third of its CPU in C2 compiler and
-#: G1 threads (a small mixed Spark workload: 22.1-22.5 CPU-s default, 13.5-15.7 with these). Long-running jobs
-#: keep the JVM's defaults: C2's code is faster once warm.
+#: C1 only and the serial collector: on 2 cores a short local session spends a large share of its CPU in C2
+#: compiler and G1 threads (`bench/driver_jvm.py`: 30.5 CPU-s with the defaults, 17.8 with these). Long-running
+#: jobs keep the JVM's defaults: C2's code is faster once warm.
 TEST_DRIVER_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
