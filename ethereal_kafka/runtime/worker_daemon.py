@@ -1,0 +1,61 @@
+"""The Python worker daemon Spark forks its Python workers from (`spark.python.daemon.module`): PySpark's own
+daemon, with the modules every worker of a job imports loaded once, before the first fork.
+
+    python -m ethereal_kafka.runtime.worker_daemon pyspark.worker
+
+Spark starts one daemon per worker module and forks a worker from it for each Python task slot (4 to 6 per
+start of a `local[2]` job); each worker imported PySpark's Arrow serializers, pandas, pyarrow and the
+framework's connectors and serde after the fork (0.3-0.6 CPU-s each, measured). Forked from a daemon that
+imported them, a worker shares them. Nothing here changes what a worker does: the daemon's loop, the protocol
+and the worker module (`argv[1]`) are PySpark's.
+
+Only modules without side effects at import are loaded (no client, thread or file is created): a job's own
+pipeline module is left to the worker, which imports it as before.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: What the forked workers of each worker module import (the module itself first); a module that is not
+#: installed is skipped.
+PRELOAD: dict[str, tuple[str, ...]] = {
+    "pyspark.worker": (
+        "pyspark.worker",
+        "pyspark.sql.pandas.serializers",
+        "pyarrow.compute",
+        "orjson",
+        "ethereal_kafka.connectors.kafka.source",
+        "ethereal_kafka.connectors.kafka.transactional",
+        "ethereal_kafka.connectors.kafka.sink",
+        "ethereal_kafka.serde.json_encode",
+        "ethereal_kafka.serde.json_decode",
+        "ethereal_kafka.runtime.transform",
+    ),
+}
+
+
+def preload(worker_module: str) -> list[str]:
+    """Import what the workers of `worker_module` import; returns the modules that could not be imported."""
+    missing = []
+    for name in PRELOAD.get(worker_module, (worker_module,)):
+        try:
+            importlib.import_module(name)
+        except (
+            Exception
+        ):  # an optional module: the worker imports (or fails on) it itself, as without the daemon
+            missing.append(name)
+    return missing
+
+
+def main() -> None:
+    """Preload, then run PySpark's daemon loop (it reads the worker module from `argv[1]` itself)."""
+    preload(sys.argv[1] if len(sys.argv) > 1 else "pyspark.worker")
+    from pyspark import daemon
+
+    daemon.manager()
+
+
+if __name__ == "__main__":
+    main()
