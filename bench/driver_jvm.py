@@ -18,7 +18,13 @@ import sys
 
 from common import write_result
 
-PROFILES = {"default": "", "c1+serial": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+from ethereal_kafka.runtime.jvm import TEST_DRIVER_OPTIONS
+
+PROFILES = {
+    "default": "",
+    "c1+serial": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "test kit (c1+serial, no verification)": TEST_DRIVER_OPTIONS,
+}
 
 _CHILD = r"""
 import json, sys, time

@@ -13,13 +13,14 @@ _BLOCK = re.compile(r"^```[a-z]*\n# file: (?P<path>\S+)\n(?P<body>.*?)^```$", re
 
 
 def doc_files(page: str) -> dict[str, str]:
-    """`{relative path: text}` of every `# file:` block of `docs/<page>` (the marker line kept: a comment)."""
-    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    """`{relative path: text}` of every `# file:` block of `docs/<page>` (`README.md`: the project's README; the
+    marker line kept: a comment)."""
+    text = (ROOT / (page if page == "README.md" else f"docs/{page}")).read_text(encoding="utf-8")
     return {m["path"]: f"# file: {m['path']}\n{m['body']}" for m in _BLOCK.finditer(text)}
 
 
 def write_doc_files(page: str, folder: Path) -> dict[str, Path]:
-    """Write the `# file:` blocks of `docs/<page>` under `folder`; returns `{relative path: written path}`."""
+    """Write the `# file:` blocks of `docs/<page>` (or `README.md`) under `folder`; returns `{relative path: written path}`."""
     written = {}
     for rel, body in doc_files(page).items():
         path = folder / rel

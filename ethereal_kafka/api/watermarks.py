@@ -21,6 +21,10 @@ from ethereal_kafka.api.time import ZERO, Duration, as_duration
 TimestampAssigner = Callable[[dict[str, Any]], int]
 
 
+#: The field event time is read from when a strategy names none: a Kafka source's record timestamp.
+DEFAULT_TIMESTAMP_FIELD = "timestamp"
+
+
 @dataclass(frozen=True)
 class WatermarkStrategy:
     """How a stream gets event time and watermarks (a frozen description).
@@ -35,7 +39,7 @@ class WatermarkStrategy:
     """
 
     out_of_orderness: Duration = ZERO
-    timestamp_field: str = "timestamp"
+    timestamp_field: str = DEFAULT_TIMESTAMP_FIELD
     timestamp_assigner: TimestampAssigner | None = None
     idleness: Duration | None = None
 

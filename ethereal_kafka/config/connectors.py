@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from typing import ClassVar
 
 from ethereal_kafka.config.model import Model, non_negative, positive, setting
@@ -11,6 +12,8 @@ from ethereal_kafka.errors import ConfigError
 
 FORMATS = ("bytes", "string", "json", "avro")
 ERROR_POLICIES = ("fail", "skip", "dlq")
+#: The columns of every Kafka record a source reads (`connectors.kafka.range_reader.KAFKA_ARROW_SCHEMA`).
+METADATA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestamp_type", "headers")
 _START = re.compile(r"^(group-offsets|earliest|latest|timestamp:\d+|[^,:\s]+:\d+:\d+(,[^,:\s]+:\d+:\d+)*)$")
 
 
@@ -124,6 +127,12 @@ class KafkaSourceConfig(SerdeSettings):
         doc="set by the job runner: dead letters sent by the read task (producer), or committed with their epoch "
         "under exactly-once (epoch)",
     )
+    metadata_columns: tuple[str, ...] = setting(
+        (),
+        key="metadata.columns",
+        doc="DataStream API: Kafka columns the pipeline sees beside the decoded key and value (comma-separated "
+        "of key, value, topic, partition, offset, timestamp, timestamp_type, headers; * = all)",
+    )
     pin_tables: str | None = setting(
         None,
         key="pin.tables",
@@ -135,6 +144,26 @@ class KafkaSourceConfig(SerdeSettings):
     def group(self) -> str:
         """The consumer group: `group.id`, else `ethereal-kafka` (a job sets it to its app.id)."""
         return self.group_id or "ethereal-kafka"
+
+    def pipeline_columns(self, columns: Sequence[str]) -> list[str]:
+        """Of a source's `columns` (the Kafka columns, then the decoded ones), those a DataStream pipeline sees as
+        fields, in order: the record's payload, plus the Kafka columns listed in `metadata.columns`.
+
+        The payload is the value's decoded fields (json/avro), else the `value` column (bytes/string); and the key's
+        decoded fields (json/avro, prefixed `key.fields.prefix`), else the `key` column when it is a string, or
+        when the value is not decoded into fields (a raw key beside a raw value, as Kafka Streams hands them). So a
+        JSON value with the default bytes key gives exactly the value's fields; topic, partition, offset,
+        timestamp, timestamp_type, headers and the raw bytes of a decoded key or value are metadata.
+        """
+        wanted = set(METADATA_COLUMNS) if "*" in self.metadata_columns else set(self.metadata_columns)
+        value_decoded = self.value_format in ("json", "avro") and any(
+            c not in METADATA_COLUMNS for c in columns
+        )
+        if not value_decoded:
+            wanted.add("value")
+        if self.key_format == "string" or (self.key_format == "bytes" and not value_decoded):
+            wanted.add("key")
+        return [c for c in columns if c in wanted or c not in METADATA_COLUMNS]
 
     def reads(self, topic: str) -> bool:
         """True when this source reads `topic` (listed, or matching `topic.pattern`)."""
@@ -153,6 +182,11 @@ class KafkaSourceConfig(SerdeSettings):
                 raise ConfigError(f"topic.pattern={self.topic_pattern!r}: {exc}") from exc
         if self.on_error == "dlq" and not self.dlq_topic:
             raise ConfigError("kafka source: on.error=dlq needs dlq.topic")
+        unknown = [c for c in self.metadata_columns if c != "*" and c not in METADATA_COLUMNS]
+        if unknown:
+            raise ConfigError(
+                f"metadata.columns: unknown column(s) {', '.join(unknown)} (choose from {', '.join(METADATA_COLUMNS)} or *)"
+            )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, repr=False)

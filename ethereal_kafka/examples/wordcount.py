@@ -39,7 +39,7 @@ def build(env: StreamExecutionEnvironment) -> None:
     """The job's pipeline: `lines` → words → tumbling counts → `counts`."""
     (
         env.from_source("lines")
-        .select("explode(split(lower(value), '[^a-z0-9]+')) AS word", "timestamp")
+        .select("explode(split(lower(value), '[^a-z0-9]+')) AS word")
         .filter("word <> ''")
         .assign_timestamps_and_watermarks(WatermarkStrategy.for_bounded_out_of_orderness(OUT_OF_ORDER))
         .key_by("word")

@@ -4,6 +4,8 @@ Hidden columns (names start with `__`; never shown to user functions, never writ
 
 - `__part`, `__off` — the source partition and offset of the record an element came from: with `__ts`, the
   deterministic order in which keyed operators process a key's elements within an epoch.
+- `__rts` — the Kafka timestamp of the record an element came from: the event time of a watermark strategy that
+  names no field while the source hands the pipeline no `timestamp` field (`metadata.columns`).
 - `__ts` — event time (timestamp), from `assign_timestamps_and_watermarks`, or the window's last instant after a
   window.
 - `__key` — the key, after `key_by`.
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 PART = "__part"
 OFFSET = "__off"
 TS = "__ts"
+RECORD_TS = "__rts"
 KEY = "__key"
 TAG = "__tag"
 SEQ = "__seq"

@@ -10,10 +10,11 @@ import pyarrow as pa
 
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
+from ethereal_kafka.api.watermarks import DEFAULT_TIMESTAMP_FIELD
 from ethereal_kafka.plan.compiler import CompileContext, register
 from ethereal_kafka.plan.outputs import side_output
 from ethereal_kafka.plan.pyfuncs import PyStage
-from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS, arrow_of, arrow_struct, spark_struct
+from ethereal_kafka.plan.schema import KEY, OFFSET, PART, RECORD_TS, TS, arrow_of, arrow_struct, spark_struct
 from ethereal_kafka.plan.stream import Stream
 
 if TYPE_CHECKING:
@@ -22,14 +23,22 @@ if TYPE_CHECKING:
 
 @register(g.SourceNode)
 def compile_source(ctx: CompileContext, node: g.SourceNode, inputs: list[Stream]) -> Stream:
-    """The Kafka source's columns as user fields, plus `__part`/`__off` (the record's position)."""
+    """The source's records as user fields (`KafkaSourceConfig.pipeline_columns`: the decoded payload and the
+    metadata the source lists), plus `__part`/`__off` (the record's position) and `__rts` (its Kafka timestamp, the
+    default event time)."""
     from pyspark.sql import functions as F
 
     config = ctx.sources.get(node.source)
     if config is None:
         raise GraphError(f"{node.label}: the job has no source named {node.source!r}")
     frame = ctx.spark.readStream.format("ethereal-kafka").options(**config.to_properties()).load()
-    frame = frame.withColumn(PART, F.col("partition")).withColumn(OFFSET, F.col("offset"))
+    fields = config.pipeline_columns(frame.columns)
+    frame = frame.select(
+        *[F.col(f"`{c}`") for c in fields],
+        F.col("partition").alias(PART),
+        F.col("offset").alias(OFFSET),
+        F.col("timestamp").alias(RECORD_TS),
+    )
     return Stream.of(frame)
 
 
@@ -116,7 +125,13 @@ def compile_watermark(ctx: CompileContext, node: g.WatermarkNode, inputs: list[S
         )
     else:
         name = strategy.timestamp_field
-        if name not in stream.fields:
+        if (
+            name == DEFAULT_TIMESTAMP_FIELD
+            and name not in stream.fields
+            and RECORD_TS in stream.frame.columns
+        ):
+            name = RECORD_TS  # the record's Kafka timestamp, as Flink's Kafka source assigns it
+        elif name not in stream.fields:
             raise GraphError(
                 f"{node.label}: no field {name!r} to take event time from (fields: {', '.join(stream.fields)})"
             )

@@ -77,6 +77,7 @@ def run_with_kills(
     log: Path | None = None,
     epochs_before_kill: tuple[int, int] = (0, 1),
     first_commit_timeout_s: float = 240.0,
+    final_env: Mapping[str, str] | None = None,
 ) -> CrashRun:
     """Run `ethereal-kafka run JOB --available-now` until it exits 0, SIGKILLing each of the first `kills` runs
     inside the protocol, then let the last run finish.
@@ -87,6 +88,10 @@ def run_with_kills(
     `uniform(*window_s)` seconds, and kills the whole process group. Each kill is recorded with where it landed
     (`CrashRun.landed`): the epoch in flight, its transactions (from the sink tasks' fault trace) and whether Spark
     had committed it.
+
+    `env` is added to the environment of every run; `final_env`, when given, replaces it for the last run, the one
+    the harness lets finish: no kill is aimed at it, so a test drops its fault delays there and may let it read in
+    larger epochs (a replayed epoch still reads its logged range; only epochs planned after the last kill grow).
 
     Raises:
         HarnessError: a run exited non-zero by itself; a run finished (its input consumed) before the harness
@@ -104,6 +109,7 @@ def run_with_kills(
     landed: list[str] = []
     cmd = [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job), "--available-now"]
     run_env = {**os.environ, **(env or {}), faults.TRACE_ENV: str(trace)}
+    last_env = run_env if final_env is None else {**os.environ, **final_env, faults.TRACE_ENV: str(trace)}
     with log_path.open("ab") as out:
         while True:
             runs += 1
@@ -111,7 +117,11 @@ def run_with_kills(
             out.flush()
             before = _log_files(root, "commits")
             proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env=run_env, start_new_session=True
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=run_env if done_kills < kills else last_env,
+                start_new_session=True,
             )
             started = time.monotonic()
             if done_kills < kills:

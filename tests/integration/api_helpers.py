@@ -12,6 +12,7 @@ from typing import Any
 
 from ethereal_kafka.testing.epochs import Epoch, read_epochs
 from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_committed
+from tests.integration.eos_helpers import EPOCH_RECORDS_ENV
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def write_api_job(
     for name, (topic, extra) in sources.items():
         (folder / f"{name}.source.properties").write_text(
             f"connector.class=kafka-source\nname={name}\nbootstrap.servers={bootstrap}\ntopics={topic}\n"
-            f"starting.offsets=earliest\nmax.records.per.epoch={max_records}\n{extra}"
+            f"starting.offsets=earliest\nmax.records.per.epoch=${{{EPOCH_RECORDS_ENV}:-{max_records}}}\n{extra}"
         )
     for name, (topic, extra) in sinks.items():
         (folder / f"{name}.sink.properties").write_text(

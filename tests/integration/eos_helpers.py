@@ -22,6 +22,13 @@ class JobFiles:
     checkpoint: Path
 
 
+#: Overrides a test job's `max.records.per.epoch` (`write_job`): the crash harness's last run, which no kill is
+#: aimed at, reads in larger epochs (`FINAL_RUN`).
+EPOCH_RECORDS_ENV = "TEST_EPOCH_RECORDS"
+#: The environment of the crash harness's last run: no fault delay (no kill to widen a window for), larger epochs.
+FINAL_RUN = {EPOCH_RECORDS_ENV: "2000"}
+
+
 def write_job(
     folder: Path,
     bootstrap: str,
@@ -40,7 +47,7 @@ def write_job(
     app = app_id or f"eos-{uuid.uuid4().hex[:8]}"
     (folder / "source.properties").write_text(
         f"connector.class=kafka-source\nname=events\nbootstrap.servers={bootstrap}\ntopics={source_topic}\n"
-        f"starting.offsets={starting}\nmax.records.per.epoch={max_records}\n"
+        f"starting.offsets={starting}\nmax.records.per.epoch=${{{EPOCH_RECORDS_ENV}:-{max_records}}}\n"
     )
     (folder / "sink.properties").write_text(
         f"connector.class=kafka-sink\nname=out\nbootstrap.servers={bootstrap}\ntopic={sink_topic}\n"

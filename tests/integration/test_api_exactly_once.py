@@ -13,6 +13,7 @@ from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare, run_with_kills
 from ethereal_kafka.testing.plugin import TopicFactory
 from tests.integration.api_helpers import base_ts, feed_events, read_json, write_api_job
+from tests.integration.eos_helpers import FINAL_RUN
 from tests.integration.pipelines_api import WINDOW_MS
 
 TEXTS = ["the quick brown fox", "jumps over the lazy dog", "a b cc ddd", "fox and dog and cat", "x"]
@@ -46,7 +47,8 @@ def test_window_written_to_two_sinks_survives_kills(
         "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p),
         "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "300",
     }
-    run = run_with_kills(job.path, 10, seed=5, env=env, log=tmp_path / "crash.log")
+    final = {**FINAL_RUN, "PYTHONPATH": env["PYTHONPATH"]}
+    run = run_with_kills(job.path, 10, seed=5, env=env, final_env=final, log=tmp_path / "crash.log")
     print("\n".join(run.landed))
     expected: Counter[tuple[str, int]] = Counter()
     for _, _, v, _ in events:

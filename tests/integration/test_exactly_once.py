@@ -25,6 +25,7 @@ from ethereal_kafka.testing.jobs import JobRun
 from ethereal_kafka.testing.kafka_io import add_partitions
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.eos_helpers import (
+    FINAL_RUN,
     add_poison,
     check_dead_letters,
     dead_letter_job,
@@ -69,7 +70,9 @@ def test_stateless_map_filter_survives_kills(
     feed(bs, src, inputs[2000:], 3)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=100)
     dead_letter_job(files, dlq)
-    run = run_with_kills(files.job, KILLS, seed=11, env=FAULT, log=tmp_path / "crash.log")
+    run = run_with_kills(
+        files.job, KILLS, seed=11, env=FAULT, final_env=FINAL_RUN, log=tmp_path / "crash.log"
+    )
     print("\n".join(run.landed))
     got = output(bs, dst)
     result = compare(eos.stateless_reference(inputs), pairs(got))
@@ -94,7 +97,9 @@ def test_keyed_running_aggregate_survives_kills(
     feed(bs, src, inputs[1500:], 2)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:running_total", max_records=80)
     dead_letter_job(files, dlq)
-    run = run_with_kills(files.job, KILLS, seed=23, env=FAULT, log=tmp_path / "crash.log")
+    run = run_with_kills(
+        files.job, KILLS, seed=23, env=FAULT, final_env=FINAL_RUN, log=tmp_path / "crash.log"
+    )
     print("\n".join(run.landed))
     updates = [json.loads(r.value or b"") for r in output(bs, dst)]
     reference = eos.running_total_reference(inputs)
@@ -132,7 +137,9 @@ def test_windowed_count_survives_kills(
 
         produce(bs, src, [(k, v)], partition=p)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:windowed_count", max_records=80)
-    run = run_with_kills(files.job, KILLS, seed=37, env=FAULT, log=tmp_path / "crash.log")
+    run = run_with_kills(
+        files.job, KILLS, seed=37, env=FAULT, final_env=FINAL_RUN, log=tmp_path / "crash.log"
+    )
     print("\n".join(run.landed))
     got = [json.loads(r.value or b"") for r in output(bs, dst)]
     expected = eos.windowed_count_reference(inputs, flush_ts - eos.LATENESS_MS)

@@ -25,6 +25,7 @@ from tests.integration.api_helpers import (
     read_records,
     write_api_job,
 )
+from tests.integration.eos_helpers import FINAL_RUN
 from tests.integration.keyed_jobs import EVENT_DDL
 
 SOURCE = f"value.format=json\nvalue.schema={EVENT_DDL}\n"
@@ -279,7 +280,8 @@ def test_process_function_with_state_and_timers_survives_kills(
         "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
         "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "300",  # widen each task's open transaction: kills land in commits
     }
-    run = run_with_kills(job.path, KILLS, seed=41, env=env, log=tmp_path / "crash.log")
+    final = {**FINAL_RUN, "PYTHONPATH": env["PYTHONPATH"]}
+    run = run_with_kills(job.path, KILLS, seed=41, env=env, final_env=final, log=tmp_path / "crash.log")
     print("\n".join(run.landed))
     split, epochs = _split(job, "cancelled+out", events, source)
     main, cancels = ref.slot_timers(split, epochs)
