@@ -217,9 +217,9 @@ DEFAULT_SYSTEMS = ("loop-json", "loop-orjson", "quix-eos", "spark-jvm", "ek-eos"
 class OutputWatcher:
     """Reads an output topic read_committed on a thread while a system writes it.
 
-    Records when the first record became readable (with the tree's CPU then, and how many records were committed
-    by that time: those below the partitions' last stable offsets), when the `expected`-th distinct bid id did (with
-    the CPU then), and how often each id arrived. `finish()`, called once the system exited, reads on to the end of
+    Records when the first record became readable, then the partitions' last stable offsets and the tree's CPU
+    right after (the start of the steady window; `initial` counts the records below those offsets, committed before
+    it), when the `expected`-th distinct bid id became readable (with the CPU then), and how often each id arrived. `finish()`, called once the system exited, reads on to the end of
     the topic (or gives up after `drain_s` without progress) and stops the thread.
     """
 
@@ -235,8 +235,11 @@ class OutputWatcher:
         self.unique = 0
         self.unexpected = 0
         self.initial = 0
-        self.first: tuple[float, float] | None = None  # (monotonic time, tree CPU-s)
-        self.last: tuple[float, float] | None = None
+        self.first_seen: float | None = None  # when the first record became readable (monotonic)
+        #: (monotonic time, tree CPU-s) when the committed offsets were read just after the first record: the start
+        #: of the steady window, whose records are those above these offsets (`initial` counts those below).
+        self.steady_from: tuple[float, float] | None = None
+        self.last: tuple[float, float] | None = None  # (monotonic time, tree CPU-s) at the expected-th id
         self.newest = 0.0  # when the latest new id arrived
         self.ready = threading.Event()
         self._finishing = threading.Event()
@@ -279,14 +282,15 @@ class OutputWatcher:
         while True:
             messages = consumer.consume(10_000, timeout=0.05)
             now = time.monotonic()
-            if messages and self.first is None:
-                self.first = (now, self._now_cpu())
-                stable = {
+            if messages and self.first_seen is None:
+                self.first_seen = now
+                stable = {  # a read_committed consumer's end offsets are the last stable offsets
                     p: consumer.get_watermark_offsets(
                         TopicPartition(self.topic, p), timeout=10, cached=False
                     )[1]
                     for p in range(PARTITIONS)
                 }
+                self.steady_from = (time.monotonic(), self._now_cpu())
             self._count(messages, stable)
             if messages:
                 idle_since = now
@@ -372,10 +376,11 @@ def row(
     n = run.records
     lost = n - watcher.unique
     duplicates = watcher.duplicates()
-    first_at, first_cpu = watcher.first or (exited, cpu.seconds)
+    first_at = watcher.first_seen or exited
+    steady_at, steady_cpu = watcher.steady_from or (exited, cpu.seconds)
     last_at, last_cpu = watcher.last or (watcher.newest or exited, cpu.seconds)
     steady_records = watcher.unique - watcher.initial
-    steady = steady_records >= 0.05 * n and last_at > first_at
+    steady = steady_records >= 0.05 * n and last_at > steady_at
     exact = lost == 0 and watcher.unexpected == 0 and (duplicates == 0 or system.guarantee != "exactly-once")
     return {
         "system": name,
@@ -387,12 +392,12 @@ def row(
         "startup_s": round(first_at - began, 2),
         "last_output_s": round(last_at - began, 2),
         "records_per_s": round(watcher.unique / (last_at - began)) if last_at > began else None,
-        "records_per_s_steady": round(steady_records / (last_at - first_at)) if steady else None,
+        "records_per_s_steady": round(steady_records / (last_at - steady_at)) if steady else None,
         "records_committed_at_first_output": watcher.initial,
         "cpu_s": round(cpu.seconds, 2),
-        "cpu_s_at_first_output": round(first_cpu, 2),
+        "cpu_s_at_first_output": round(steady_cpu, 2),
         "cpu_s_per_1m": round(cpu.seconds / n * 1_000_000, 1),
-        "cpu_s_per_1m_steady": round((last_cpu - first_cpu) / steady_records * 1_000_000, 1)
+        "cpu_s_per_1m_steady": round((last_cpu - steady_cpu) / steady_records * 1_000_000, 1)
         if steady
         else None,
         "peak_rss_mb": round(cpu.peak_rss / 2**20),
