@@ -50,6 +50,13 @@ test: lint typecheck browser
 	else echo "ok: no broker JVM left running by the test suite"; fi; \
 	exit $$status
 
+# Issue 12's side-by-side bench (docs/performance.md): 1M bids through ethereal-kafka and its peers, ~15 min on
+# 2 cores; `make bench BENCH_ARGS="--records 50000"` for a short run. Quix Streams gets a virtualenv of its own.
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	nice -n 19 $(BIN)/python bench/peers.py $(BENCH_ARGS)
+
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 

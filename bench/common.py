@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import tempfile
 import threading
 import time
@@ -102,17 +103,26 @@ class MemorySampler:
 
 
 class TreeCpu:
-    """CPU-seconds (user + system) of a process and all its descendants, sampled with psutil every `interval_s`.
+    """CPU-seconds (user + system) and peak RSS of a process and all its descendants, sampled with psutil every
+    `interval_s` on a thread.
 
     PySpark's Python daemon ignores SIGCHLD, so its workers' CPU never reaches the parent's `RUSAGE_CHILDREN`: each
-    process of the tree is sampled instead, and its last value kept (keyed by pid and start time, so a reused pid
-    is a new process). Call `sample()` once more just before the root exits for the last increments.
+    process of the tree is sampled instead, and its largest value kept (keyed by pid and start time, so a reused pid
+    is a new process). `sample()` may be called from any thread (the samples are serialised). Call `reap()` instead
+    of waiting for the root yourself: it takes the last sample while the exited root is still a zombie.
     """
 
     def __init__(self, root: int, interval_s: float = 0.25) -> None:
         self.root = root
         self.interval_s = interval_s
         self.seen: dict[tuple[int, float], float] = {}
+        #: The largest sum of the tree's RSS over the samples, in bytes (pages shared by forked workers count once
+        #: per process, as `ps` shows them).
+        self.peak_rss = 0
+        #: CPU of the root and of the descendants it waited for, read from the exited root (`reap`): a lower bound
+        #: that catches the last moments of children that exited between two samples.
+        self.waited = 0.0
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -122,27 +132,83 @@ class TreeCpu:
             self._stop.wait(self.interval_s)
 
     def sample(self) -> None:
-        """Read the CPU time of every process in the tree now."""
+        """Read the CPU time and RSS of every process in the tree now."""
         import psutil
 
-        try:
-            root = psutil.Process(self.root)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        for process in tree:
+        with self._lock:
             try:
-                with process.oneshot():
-                    times = process.cpu_times()
-                    key = (process.pid, process.create_time())
+                root = psutil.Process(self.root)
+                tree = [root, *root.children(recursive=True)]
             except psutil.Error:
-                continue
-            self.seen[key] = max(self.seen.get(key, 0.0), times.user + times.system)
+                return
+            rss = 0
+            for process in tree:
+                try:
+                    with process.oneshot():
+                        times = process.cpu_times()
+                        key = (process.pid, process.create_time())
+                        rss += process.memory_info().rss
+                except psutil.Error:
+                    continue
+                self.seen[key] = max(self.seen.get(key, 0.0), times.user + times.system)
+            self.peak_rss = max(self.peak_rss, rss)
+
+    def reap(self, process: subprocess.Popen[bytes], timeout_s: float) -> int | None:
+        """Wait up to `timeout_s` for `process` (the root) to exit, take the last sample of the tree before it is
+        reaped (and the CPU it accounts for its waited-for children), then reap it.
+
+        Returns:
+            Its exit code, or None when it is still running after `timeout_s` (nothing reaped).
+        """
+        import psutil
+
+        deadline = time.monotonic() + timeout_s
+        while os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+        self.sample()
+        try:
+            times = psutil.Process(process.pid).cpu_times()
+            self.waited = times.user + times.system + times.children_user + times.children_system
+        except psutil.Error:
+            pass
+        return process.wait()
+
+    def follow(self, timeout_s: float) -> list[int]:
+        """After `reap`: keep sampling the processes seen in the tree (a JVM that outlives its Python driver for a
+        moment, workers orphaned by their daemon) until they have all exited, at most `timeout_s`.
+
+        Returns:
+            The pids of those still running then (the caller decides whether to end them).
+        """
+        import psutil
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = []
+            with self._lock:
+                for pid, started in list(self.seen):
+                    try:
+                        process = psutil.Process(pid)
+                        if process.create_time() != started or process.status() == psutil.STATUS_ZOMBIE:
+                            continue
+                        times = process.cpu_times()
+                    except psutil.Error:
+                        continue
+                    key = (pid, started)
+                    self.seen[key] = max(self.seen[key], times.user + times.system)
+                    alive.append(pid)
+            if not alive or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.1)
 
     @property
     def seconds(self) -> float:
-        """CPU-seconds of every process seen so far."""
-        return sum(self.seen.values())
+        """CPU-seconds of the tree so far: the sum over every process sampled, or what the exited root accounts for
+        itself and its waited-for children, whichever is larger (both can only miss CPU, never count it twice)."""
+        with self._lock:
+            return max(sum(self.seen.values()), self.waited)
 
     def __enter__(self) -> TreeCpu:
         self._thread.start()
