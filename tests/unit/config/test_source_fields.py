@@ -44,5 +44,7 @@ def test_metadata_columns_are_added_on_request_in_column_order() -> None:
 
 
 def test_an_unknown_metadata_column_is_refused_with_the_choices() -> None:
-    with pytest.raises(ConfigError, match=r"metadata.columns: unknown column\(s\) offsets \(choose from key, value"):
+    with pytest.raises(
+        ConfigError, match=r"metadata.columns: unknown column\(s\) offsets \(choose from key, value"
+    ):
         _source(**{"metadata.columns": "offsets"}).validate()
