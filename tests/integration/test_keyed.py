@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from ethereal_kafka.runtime.logs import default_log_dir
+from ethereal_kafka.runtime.worker_daemon import WORKER_OUTPUT_FILE
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import split_by_epochs
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
@@ -293,3 +295,8 @@ def test_process_function_with_state_and_timers_survives_kills(
         print(result.line(run.kills))
         assert (result.duplicates, result.lost, result.unexpected) == (0, 0, 0)
     assert run.kills >= KILLS
+    # What the runs printed on their terminal: no transformWithState worker chatter (it goes to the log folder).
+    terminal = run.log.read_text(encoding="utf-8", errors="replace")
+    assert "TransformWithStateInPandas" not in terminal
+    workers = default_log_dir(job.app_id) / WORKER_OUTPUT_FILE
+    assert "TransformWithStateInPandas Python worker" in workers.read_text(encoding="utf-8", errors="replace")
