@@ -111,7 +111,12 @@ def test_a_keys_updates_reach_kafka_in_emission_order(
         tmp_path,
         bs,
         "tests.integration.pipelines_api:running_counts",
-        {"lines": (src, "value.format=json\nvalue.schema=seq long, text string, ts long\n")},
+        {
+            "lines": (
+                src,
+                "key.format=string\nvalue.format=json\nvalue.schema=seq long, text string, ts long\n",
+            )
+        },
         {"counts": (dst, "value.format=json\nkey.format=string\n")},
         max_records=60,
     )
