@@ -94,9 +94,23 @@ def check_topics(
     except KafkaException as exc:
         files = ", ".join(str(f) for f in topics)
         return [f"{files}: Kafka at {bootstrap} did not answer within {timeout_s:g} s ({exc.args[0]})"]
+    finally:
+        serve_logs(admin)
     return [
         f"{file}: topic {topic!r} does not exist at {bootstrap}"
         for file, names in topics.items()
         for topic in names
         if topic not in existing
     ]
+
+
+def serve_logs(client: Any, most: int = 1000) -> None:
+    """Hand the log lines librdkafka queued for `client` to its logger (`clients.librdkafka_logger()`) now.
+
+    A client's log lines wait on its queue until something polls it; a metadata request refused at once
+    (connection refused) returns before any poll, and the lines (`Connect to ipv4#... failed`) would be lost with
+    the client. Never blocks: serves what is queued, at most `most` events.
+    """
+    for _ in range(most):
+        if not client.poll(0):
+            return
