@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -143,3 +145,37 @@ def route_spark_logs(spark: SparkSession, log_dir: Path) -> Path:
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
     context.setConfigLocation(jvm.java.io.File(str(config)).toURI())
     return log_dir / "spark.log"
+
+
+#: The file in a run's log folder that takes what the driver JVM (and every process it starts: Python workers,
+#: Spark's Python runners) writes to its stdout and stderr.
+JVM_OUTPUT_FILE = "jvm-output.log"
+
+
+@contextmanager
+def child_output_to(path: Path) -> Iterator[Path]:
+    """While open, processes this one starts write their stdout and stderr to `path` (appended); this process's
+    own output is unchanged once the block ends.
+
+    `run` starts the driver JVM inside it: Spark copies the output of the Python processes it starts (PySpark's
+    transformWithState driver worker prints five multi-line messages per query start, a user function may
+    `print`) and the JVM's own lines (`WARNING: Using incubator modules`, a thread's uncaught exception) to the
+    JVM's stdout/stderr, which would otherwise be the terminal. Works on the file descriptors (1 and 2), as a
+    child inherits them; the process's own writes inside the block go to `path` too, so the block must be short.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield path
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (target, *saved):
+            os.close(fd)

@@ -30,7 +30,7 @@ from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_clients
 from ethereal_kafka.connectors.kafka.epoch_bounds import default_bounds
-from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.errors import EtherealKafkaError, SparkSetupError
 from ethereal_kafka.runtime.admission import EpochSizer, sized_source
 from ethereal_kafka.runtime.autoscaler import open_autoscaler
 from ethereal_kafka.runtime.description import RunDescription, write_description
@@ -40,6 +40,8 @@ from ethereal_kafka.runtime.imports import export_to_workers
 from ethereal_kafka.runtime.job import RunningJob
 from ethereal_kafka.runtime.lifecycle import JobLifecycle, StopReport
 from ethereal_kafka.runtime.logs import (
+    JVM_OUTPUT_FILE,
+    child_output_to,
     configure_python_logging,
     default_log_dir,
     route_spark_logs,
@@ -390,7 +392,14 @@ def run(
         conf[OPTIONS_KEY] = f"{conf.get(OPTIONS_KEY, '')} {spark_log_options(logs)}".strip()
         os.environ[LOG_DIR_ENV] = str(logs)  # and its local Python workers' librdkafka lines go there too
     try:
-        spark = local_session(f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=conf)
+        if launched_by_spark_submit():  # spark-submit's JVM is this process's parent: its output is its own
+            spark = local_session(f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=conf)
+        else:
+            with child_output_to(logs / JVM_OUTPUT_FILE) as jvm_output:
+                try:
+                    spark = local_session(f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=conf)
+                except SparkSetupError as exc:
+                    raise SparkSetupError(f"{exc} (the JVM's output: {jvm_output})") from exc
         lifecycle.install_signal_handlers()  # again: PySpark replaced our SIGINT handler as the context started
         try:
             if not launched_by_spark_submit():

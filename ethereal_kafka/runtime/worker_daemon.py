@@ -13,10 +13,9 @@ Only modules without side effects at import are loaded (no client, thread or fil
 pipeline module is left to the worker, which imports it as before.
 
 Output: in a local run (`$ETHEREAL_KAFKA_WORKER_LOG_DIR` set by `run`), each forked worker writes its stdout and
-stderr to `python-workers.log` in the run's log folder, not to the terminal: Spark copies a Python worker's output
-to the driver's, and some of PySpark's own workers print (the transformWithState driver worker prints five
-multi-line messages per query start); a user function's `print` lands there too. The daemon's own stdout is left
-alone: it hands Spark its port through it.
+stderr to `python-workers.log` in the run's log folder, apart from the JVM's output (`runtime.logs.child_output_to`
+sends that, and the output of the Python processes Spark starts without this daemon, to `jvm-output.log`): a user
+function's `print` lands there. The daemon's own stdout is left alone: it hands Spark its port through it.
 """
 
 from __future__ import annotations

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from ethereal_kafka.runtime.logs import default_log_dir
-from ethereal_kafka.runtime.worker_daemon import WORKER_OUTPUT_FILE
+from ethereal_kafka.runtime.logs import JVM_OUTPUT_FILE, default_log_dir
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import split_by_epochs
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
@@ -298,5 +297,7 @@ def test_process_function_with_state_and_timers_survives_kills(
     # What the runs printed on their terminal: no transformWithState worker chatter (it goes to the log folder).
     terminal = run.log.read_text(encoding="utf-8", errors="replace")
     assert "TransformWithStateInPandas" not in terminal
-    workers = default_log_dir(job.app_id) / WORKER_OUTPUT_FILE
-    assert "TransformWithStateInPandas Python worker" in workers.read_text(encoding="utf-8", errors="replace")
+    jvm_output = default_log_dir(job.app_id) / JVM_OUTPUT_FILE
+    assert "TransformWithStateInPandas Python worker" in jvm_output.read_text(
+        encoding="utf-8", errors="replace"
+    )
