@@ -18,6 +18,7 @@ Output: the daemon and its workers inherit the driver JVM's stdout/stderr, which
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -57,6 +58,10 @@ def main() -> None:
     preload(sys.argv[1] if len(sys.argv) > 1 else "pyspark.worker")
     from pyspark import daemon
 
+    # What was imported stays for the workers' whole life: moved out of the cyclic collector's reach, a worker's
+    # collections neither scan it nor write to its pages (which would copy them from the daemon, page by page).
+    # Measured on a 4-query join test: the workers' CPU went from 11.7 to 5.2 CPU-s, most of it full collections.
+    gc.freeze()
     daemon.manager()
 
 

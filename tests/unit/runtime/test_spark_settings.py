@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from ethereal_kafka.runtime.spark import LOCAL_CONF, REQUIRED_CONF, launched_by_spark_submit, session_settings
+from ethereal_kafka.runtime.spark import (
+    CHANGELOG_KEY,
+    CHECKPOINT_MANAGER_KEY,
+    FILESYSTEM_CHECKPOINT_MANAGER,
+    LOCAL_CONF,
+    REQUIRED_CONF,
+    launched_by_spark_submit,
+    session_settings,
+)
 
 
 def test_embedded_local_gets_the_local_defaults_then_required_then_the_job() -> None:
@@ -19,6 +27,16 @@ def test_embedded_cluster_master_gets_no_loopback_settings() -> None:
     master, settings = session_settings("spark://10.0.0.5:7077", {}, {})
     assert master == "spark://10.0.0.5:7077"
     assert "spark.driver.host" not in settings and "spark.driver.bindAddress" not in settings
+
+
+def test_a_local_session_writes_checkpoints_through_the_filesystem_api_a_cluster_keeps_sparks() -> None:
+    _, local = session_settings("local[2]", {}, {})
+    _, cluster = session_settings("spark://10.0.0.5:7077", {}, {})
+    assert local[CHECKPOINT_MANAGER_KEY] == FILESYSTEM_CHECKPOINT_MANAGER
+    assert CHECKPOINT_MANAGER_KEY not in cluster
+    _, chosen = session_settings("local[2]", {CHECKPOINT_MANAGER_KEY: "x.Mine"}, {})
+    assert chosen[CHECKPOINT_MANAGER_KEY] == "x.Mine"  # a job's own choice wins
+    assert local[CHANGELOG_KEY] == cluster[CHANGELOG_KEY] == "true"
 
 
 def test_under_spark_submit_its_master_and_settings_win_but_required_ones_apply() -> None:
