@@ -83,6 +83,10 @@ class StandaloneSparkCluster:
         cores: Cores each worker offers.
         memory: Memory each worker offers (`1g`); executors ask for `spark.executor.memory` (default 1g) of it.
         start_timeout_s: How long `start` waits for the master to answer and every worker to register.
+        java_options: Extra options for every JVM of the cluster: the master, the workers and the executors of
+            the applications submitted with `env()` (through a `spark-defaults.conf` of the cluster's own, in
+            `SPARK_CONF_DIR`: `spark.executor.extraJavaOptions`, unless an application sets it). The test kit
+            passes its lean profile (`runtime.jvm.TEST_DRIVER_OPTIONS`): each application starts executors anew.
     """
 
     def __init__(
@@ -92,8 +96,10 @@ class StandaloneSparkCluster:
         cores: int = 1,
         memory: str = "1g",
         start_timeout_s: float = 120.0,
+        java_options: str = "",
     ) -> None:
         self.state_dir = Path(state_dir)
+        self.java_options = java_options
         self.workers = workers
         self.cores = cores
         self.memory = memory
@@ -127,13 +133,22 @@ class StandaloneSparkCluster:
                 "PYARROW_IGNORE_TIMEZONE": "1",
             }
         )
+        if self.java_options:
+            env["SPARK_CONF_DIR"] = str(self.conf_dir)
         env.update(extra or {})
         return env
 
+    @property
+    def conf_dir(self) -> Path:
+        """The cluster's `SPARK_CONF_DIR` (used when `java_options` is set): its `spark-defaults.conf`."""
+        return self.state_dir / "conf"
+
     def daemon_env(self) -> dict[str, str]:
-        """`env()` plus the JVM marker (`SPARK_DAEMON_JAVA_OPTS`) that `daemon_pids` looks for."""
+        """`env()` plus the JVM marker (`SPARK_DAEMON_JAVA_OPTS`) that `daemon_pids` looks for, and `java_options`."""
         opts = os.environ.get("SPARK_DAEMON_JAVA_OPTS", "")
-        return self.env({"SPARK_DAEMON_JAVA_OPTS": f"{opts} {JVM_MARKER}{self.state_dir}".strip()})
+        return self.env(
+            {"SPARK_DAEMON_JAVA_OPTS": f"{opts} {self.java_options} {JVM_MARKER}{self.state_dir}".strip()}
+        )
 
     def submit_command(self) -> list[str]:
         """`spark-submit --master <this cluster>`: append the program and its arguments."""
@@ -150,6 +165,11 @@ class StandaloneSparkCluster:
         if self.daemons:
             return self
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.java_options:
+            self.conf_dir.mkdir(exist_ok=True)
+            (self.conf_dir / "spark-defaults.conf").write_text(
+                f"spark.executor.extraJavaOptions {self.java_options}\n", encoding="utf-8"
+            )
         self.port, self.web_port = free_port(), free_port()
         deadline = time.monotonic() + self.start_timeout_s
         try:
