@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ethereal_kafka.broker.jars import cache_home
 from ethereal_kafka.errors import SparkSetupError
+from ethereal_kafka.runtime.spark_home import launch_home
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ def archive_path() -> Path | None:
         return None
     jars = Path(pyspark.__file__).resolve().parent / "jars"
     digest = hashlib.sha256()
-    digest.update(f"{java}:{java.stat().st_mtime_ns}:{jars}".encode())
+    # The class path a JVM records in the archive names the jars through the SPARK_HOME it launched from.
+    digest.update(f"{java}:{java.stat().st_mtime_ns}:{jars}:{launch_home()}".encode())
     for jar in sorted(jars.glob("*.jar")):
         digest.update(f"{jar.name}:{jar.stat().st_size}".encode())
     return cache_home() / "spark-cds" / f"spark-{pyspark.__version__}-{digest.hexdigest()[:12]}.jsa"

@@ -154,11 +154,11 @@ def local_session(
     """
     submitted = submitted_conf()
     chosen, settings = session_settings(master, conf, submitted)
-    if (
-        not submitted
-    ):  # the driver JVM starts here: let it map the class archive (`runtime.jvm`) when there is one
+    if not submitted:  # the driver JVM starts here: from the SPARK_HOME mirror, mapping the class archive
         from ethereal_kafka.runtime.jvm import with_archive
+        from ethereal_kafka.runtime.spark_home import use_mirror
 
+        use_mirror()
         settings = with_archive(settings)
     prepare_environment(chosen or submitted.get("spark.master", ""))
     from pyspark.sql import SparkSession

@@ -45,3 +45,16 @@ def test_stream_reader_returns_every_record_with_kafka_columns(
     assert all(r["timestamp"] is not None and r["headers"] == [] for r in rows)
     assert len(epochs) >= 3, "max.records.per.epoch=120 must split 300 records over at least 3 epochs"
     assert all(p["numInputRows"] <= 120 for p in epochs)
+
+
+def test_python_workers_import_the_installed_pyspark_not_the_zip(spark: SparkSession) -> None:
+    """Spark names `$SPARK_HOME/python/lib/pyspark.zip` first on its Python processes' path; launched from the
+    mirror (`runtime.spark_home`), they import the installed package, whose compiled code is cached."""
+
+    def where(_: object) -> str:
+        import pyspark
+
+        return pyspark.__file__ or ""
+
+    files = spark.sparkContext.parallelize(range(2), 2).map(where).collect()
+    assert files and all(".zip" not in f and f.endswith("__init__.py") for f in files), files
