@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ethereal_kafka.broker.jars import cache_home
 from ethereal_kafka.errors import SparkSetupError
-from ethereal_kafka.runtime.spark_home import launch_home
+from ethereal_kafka.runtime.spark_home import installed_spark_home, launch_home
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def archive_path() -> Path | None:
     java = _java()
     if java is None:
         return None
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    jars = installed_spark_home() / "jars"
     digest = hashlib.sha256()
     # The class path a JVM records in the archive names the jars through the SPARK_HOME it launched from.
     digest.update(f"{java}:{java.stat().st_mtime_ns}:{jars}:{launch_home()}".encode())

@@ -66,19 +66,23 @@ def ensure_mirror(real: Path | None = None) -> Path:
     return target
 
 
+def _mirrored() -> bool:
+    """Whether a session started now launches from the mirror (no `SPARK_HOME` set, the switch not `0`)."""
+    return "SPARK_HOME" not in os.environ and os.environ.get(ENV_SWITCH, "1") != "0"
+
+
 def launch_home() -> Path:
     """The `SPARK_HOME` a session started now would launch from (`use_mirror`'s choice, without making it)."""
     if "SPARK_HOME" in os.environ:
         return Path(os.environ["SPARK_HOME"])
     real = installed_spark_home()
-    return real if os.environ.get(ENV_SWITCH, "1") == "0" else mirror_path(real)
+    return mirror_path(real) if _mirrored() else real
 
 
 def use_mirror() -> None:
     """Point `SPARK_HOME` at the mirror for the Spark this process is about to launch, unless `SPARK_HOME` is
     already set or `ETHEREAL_KAFKA_SPARK_HOME_MIRROR=0`. A mirror that cannot be made (a read-only cache) leaves
     the environment as it was: Spark then runs from the installed folder, only slower to start its processes."""
-    if "SPARK_HOME" in os.environ or os.environ.get(ENV_SWITCH, "1") == "0":
-        return
-    with contextlib.suppress(OSError):
-        os.environ["SPARK_HOME"] = str(ensure_mirror())
+    if _mirrored():
+        with contextlib.suppress(OSError):
+            os.environ["SPARK_HOME"] = str(ensure_mirror())

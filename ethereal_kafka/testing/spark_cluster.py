@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.runtime.spark_home import installed_spark_home
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 #: JVM option naming the cluster's state folder on every daemon's command line (found by `daemon_pids`).
@@ -60,10 +61,9 @@ class Daemon:
 
 
 def spark_home() -> Path:
-    """The installed pyspark package directory, which holds `bin/`, `jars/` and the rest of a Spark distribution."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
+    """The installed pyspark package directory, which holds `bin/`, `jars/` and the rest of a Spark distribution.
+    The cluster runs from it, not from the mirror an embedded session launches from (`runtime.spark_home`)."""
+    return installed_spark_home()
 
 
 def free_port() -> int:

@@ -18,7 +18,8 @@ CLUSTER_WORKERS = 2
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneSparkCluster]:
     """A master and two 1-core/1 GiB workers on 127.0.0.1, started once for the whole session (when a test first
-    asks for it), its JVMs (executors included) on the test kit's lean profile; torn down at the end (SIGTERM, then SIGKILL, per process group) with a check that no JVM or
+    asks for it), its JVMs (executors included) on the test kit's lean profile; torn down at the end (SIGTERM,
+    then SIGKILL, per process group) with a check that no JVM or
     Python worker of it is left. Each test's jobs are applications of their own: their executors end with them."""
     state = tmp_path_factory.mktemp("spark-standalone")
     cluster = StandaloneSparkCluster(

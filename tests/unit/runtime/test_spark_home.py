@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -40,5 +41,5 @@ def test_use_mirror_keeps_a_spark_home_already_set_and_honours_the_switch(
     monkeypatch.delenv("SPARK_HOME")
     monkeypatch.setenv(spark_home.ENV_SWITCH, "0")
     spark_home.use_mirror()
-    assert "SPARK_HOME" not in __import__("os").environ
+    assert "SPARK_HOME" not in os.environ
     assert spark_home.launch_home() == spark_home.installed_spark_home()
