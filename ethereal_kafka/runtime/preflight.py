@@ -9,6 +9,8 @@ Each check returns problems as lines, each naming the file it comes from:
   the pipeline function (`from_source("x")`, `sink_to("x")`, `join_table("x", ...)`; a DataFrame pipeline's
   `sources["x"]` and `return {"x": frame}`), and the graph a DataStream pipeline builds when it can be built
   without Spark;
+- under exactly-once, that every source's epochs (as the runner bounds them) can commit within
+  `transaction.timeout.ms` (`runtime.source_bounds.bound_problems`);
 - with `connect`, that the brokers answer and every source, sink, table and dead-letter topic exists.
 """
 
@@ -27,6 +29,7 @@ from ethereal_kafka.connectors.kafka.checks import check_client_settings, check_
 from ethereal_kafka.errors import ConfigError, EtherealKafkaError
 from ethereal_kafka.runtime.job import resolve_pipeline
 from ethereal_kafka.runtime.pipeline import is_graph_pipeline
+from ethereal_kafka.runtime.source_bounds import bound_problems
 
 Connector = KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig
 
@@ -47,6 +50,8 @@ def preflight(
     problems: list[str] = []
     for file, config in connector_files(loaded).items():
         problems.extend(connector_problems(config, file))
+    if not problems:  # the bounds are read from connectors that parsed
+        problems.extend(bound_problems(loaded))
     if pipeline:
         problems.extend(pipeline_problems(loaded))
     if connect:

@@ -29,9 +29,8 @@ from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_clients
-from ethereal_kafka.connectors.kafka.epoch_bounds import default_bounds
 from ethereal_kafka.errors import EtherealKafkaError, SparkSetupError
-from ethereal_kafka.runtime.admission import EpochSizer, sized_source
+from ethereal_kafka.runtime.admission import EpochSizer
 from ethereal_kafka.runtime.autoscaler import open_autoscaler
 from ethereal_kafka.runtime.description import RunDescription, write_description
 from ethereal_kafka.runtime.errors import JobFailedError
@@ -50,6 +49,7 @@ from ethereal_kafka.runtime.logs import (
 from ethereal_kafka.runtime.metrics import JobMetrics, RunMetrics, open_metrics
 from ethereal_kafka.runtime.pipeline import build_pipeline
 from ethereal_kafka.runtime.preflight import require_preflight
+from ethereal_kafka.runtime.source_bounds import bounded_source
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -76,26 +76,16 @@ def job_sources(
     loaded: LoadedJob, fresh: bool, replay_starts: Mapping[str, str] | None = None
 ) -> dict[str, KafkaSourceConfig]:
     """The job's sources as they run: group.id defaults to app.id, initial offsets pinned in the checkpoint, epochs
-    bounded and dead letters committed with their epoch under exactly-once (`epoch_bounds.default_bounds` where a
-    bound is left at 0; `dead_letters`), sized within those bounds with `epoch.sizing=adaptive`
-    (`runtime.admission.sized_source`), and,
+    bounded and dead letters committed with their epoch under exactly-once, sized within those bounds with
+    `epoch.sizing=adaptive` (`runtime.source_bounds.bounded_source`), and,
     when the checkpoint is fresh, the start positions `ethereal-kafka replay` left (`replay_starts`, per source) or
     else `replay.from` applied."""
     out = {}
-    exactly_once = loaded.job.delivery_guarantee == "exactly-once"
-    max_records, max_bytes = default_bounds(loaded.job.transaction_timeout_ms, loaded.job.trigger_interval_ms)
     for name, conf in loaded.sources.items():
         changes: dict[str, object] = {"checkpoint_location": f"{loaded.job.checkpoint_location}/sources"}
         if conf.group_id is None:
             changes["group_id"] = loaded.job.app_id
-        if exactly_once and conf.max_records_per_epoch == 0:
-            changes["max_records_per_epoch"] = max_records
-        if exactly_once and conf.max_bytes_per_epoch == 0:
-            changes["max_bytes_per_epoch"] = max_bytes
-        if exactly_once:
-            changes["dlq_delivery"] = "epoch"  # dead letters commit with their epoch (`dead_letters`)
-        # Adaptive sizing stays within the bounds (the transaction timeout's, under exactly-once).
-        changes.update(sized_source(loaded.job, dataclasses.replace(conf, **changes)))  # type: ignore[arg-type]
+        changes.update(bounded_source(loaded.job, dataclasses.replace(conf, **changes)))  # type: ignore[arg-type]
         if fresh and replay_starts and name in replay_starts:
             changes["starting_offsets"] = replay_starts[name]
         elif fresh and loaded.job.replay_from:

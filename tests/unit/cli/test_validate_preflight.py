@@ -160,3 +160,27 @@ def test_dataframe_pipeline_names_the_job_does_not_define(job_dir: Path, tmp_pat
         f"error: {module}:3: return {{'revenue': ...}}: the job {job} has no sink named 'revenue' "
         "(sinks: large-orders)",
     ]
+
+
+def test_epochs_too_large_for_the_transaction_timeout_are_refused_before_spark(
+    job_dir: Path, tmp_path: Path
+) -> None:
+    """The bound check the checkpoint coordinator makes at start, made by `validate` and by `run` before Spark
+    starts (it used to pass `validate` and fail `run` ten seconds later, after Spark's start-up)."""
+    source = job_dir / "orders-source.properties"
+    source.write_text(SOURCE + "max.records.per.epoch=200000\n")
+    job = job_dir / "job.properties"
+    done = cli("validate", str(job), cwd=tmp_path)
+    assert done.returncode == 1
+    [line] = error_lines(done)
+    assert line.startswith(
+        f"error: {source}: transaction.timeout.ms=60000 is too short for source orders's epochs: up to 200000 "
+        "records"
+    )
+    began = time.monotonic()
+    done = cli("run", str(job), "--log-dir", str(tmp_path / "logs"), cwd=tmp_path)
+    elapsed = time.monotonic() - began
+    assert done.returncode == 1 and error_lines(done)[-1] == line
+    assert elapsed < 10, f"run took {elapsed:.1f}s to refuse (Spark started?)"
+    job.write_text(job.read_text() + "transaction.timeout.ms=300000\n")
+    assert cli("validate", str(job), cwd=tmp_path).returncode == 0
