@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
-from ethereal_kafka.plan.compiler import CompileContext, register
+from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.operators.base import OutputLayout, transform
 from ethereal_kafka.plan.schema import KEY, TAG, TS, arrow_of, arrow_struct, side_column
 from ethereal_kafka.plan.stream import Stream

@@ -31,7 +31,7 @@ from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.config.connectors import KafkaTableConfig
 from ethereal_kafka.connectors.table import TableSpec, lookup_key, table_store
 from ethereal_kafka.connectors.table_pins import PINS_COLUMN, decode_pins, encode_tables
-from ethereal_kafka.plan.compiler import CompileContext, register
+from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.pyfuncs import UserFunctionError
 from ethereal_kafka.plan.queries import QueryPlan, ancestors
 from ethereal_kafka.plan.schema import arrow_of, spark_struct

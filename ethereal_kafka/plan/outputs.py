@@ -32,12 +32,12 @@ from ethereal_kafka.plan.schema import (
     side_column,
     spark_struct,
 )
-from ethereal_kafka.plan.stream import Stream
+from ethereal_kafka.plan.stream import Stream, main_output
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from ethereal_kafka.plan.compiler import CompileContext
+    from ethereal_kafka.plan.context import CompileContext
     from ethereal_kafka.plan.queries import Branch, QueryPlan
 
 
@@ -79,15 +79,6 @@ def _order(frame: DataFrame) -> list[Column]:
     if SEQ in frame.columns:
         return [F.col(SEQ)]
     return [F.col(c) for c in (PART, OFFSET)] if {PART, OFFSET} <= set(frame.columns) else []
-
-
-def main_output(stream: Stream) -> Stream:
-    """The main output of an operator that also has side outputs (its rows with a null `__tag`)."""
-    from pyspark.sql import functions as F
-
-    keep = [c for c in stream.frame.columns if c != TAG and not c.startswith("__side_")]
-    frame = stream.frame.where(F.col(TAG).isNull()).select(*keep)
-    return dataclasses.replace(stream.with_frame(frame), tags=())
 
 
 def side_output(stream: Stream, tag: str, where: str) -> Stream:

@@ -11,7 +11,7 @@ import pyarrow as pa
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.watermarks import DEFAULT_TIMESTAMP_FIELD
-from ethereal_kafka.plan.compiler import CompileContext, register
+from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.outputs import side_output
 from ethereal_kafka.plan.pyfuncs import PyStage
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, RECORD_TS, TS, arrow_of, arrow_struct, spark_struct

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.api.tags import OutputTag
-from ethereal_kafka.plan.schema import KEY, TS, is_hidden
+from ethereal_kafka.plan.schema import KEY, TAG, TS, is_hidden
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 @dataclass(frozen=True)
@@ -57,3 +57,24 @@ class Stream:
         return replace(
             self, frame=frame, fields=tuple(c for c in frame.columns if not is_hidden(c)), **changes
         )
+
+
+def main_output(stream: Stream) -> Stream:
+    """The main output of an operator that also has side outputs (its rows with a null `__tag`)."""
+    from pyspark.sql import functions as F
+
+    keep = [c for c in stream.frame.columns if c != TAG and not c.startswith("__side_")]
+    frame = stream.frame.where(F.col(TAG).isNull()).select(*keep)
+    return replace(stream.with_frame(frame), tags=())
+
+
+def key_columns(stream: Stream) -> list[Column]:
+    """The key as output fields: the key field(s) by name, or `key` for a selector key."""
+    from pyspark.sql import functions as F
+
+    fields = stream.key_fields or ()
+    if not fields:
+        return [F.col(KEY).alias("key")]
+    if len(fields) == 1:
+        return [F.col(KEY).alias(fields[0])]
+    return [F.col(f"{KEY}.`{f}`").alias(f) for f in fields]

@@ -29,9 +29,9 @@ from ethereal_kafka.api.windows import (
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
 )
-from ethereal_kafka.plan.compiler import CompileContext, register
+from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.schema import KEY, TS
-from ethereal_kafka.plan.stream import Stream
+from ethereal_kafka.plan.stream import Stream, key_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -186,18 +186,6 @@ def _upstream(node: g.Node) -> list[g.Node]:
             seen[current.id] = current
             stack.extend(current.inputs)
     return list(seen.values())
-
-
-def key_columns(stream: Stream) -> list[Column]:
-    """The key as output fields: the key field(s) by name, or `key` for a selector key."""
-    from pyspark.sql import functions as F
-
-    fields = stream.key_fields or ()
-    if not fields:
-        return [F.col(KEY).alias("key")]
-    if len(fields) == 1:
-        return [F.col(KEY).alias(fields[0])]
-    return [F.col(f"{KEY}.`{f}`").alias(f) for f in fields]
 
 
 def _aggregate(value: object) -> Column:

@@ -31,6 +31,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.windows import EventTimeTrigger, TimeWindow
+from ethereal_kafka.plan.join_shapes import element, finish, key_pair
 from ethereal_kafka.plan.operators.base import PickledMap, millis, strip_watermark, timestamp
 from ethereal_kafka.plan.operators.window_logic import KeyWindows, Pane, WindowSpec
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS
@@ -45,9 +46,9 @@ if TYPE_CHECKING:
     )
     from pyspark.sql.types import StructType
 
-    from ethereal_kafka.plan.compiler import CompileContext
+    from ethereal_kafka.plan.context import CompileContext
 
-#: The processor's output columns (then shaped by `plan.joins.finish`).
+#: The processor's output columns (then shaped by `plan.join_shapes.finish`).
 COLUMNS = ("__l", "__r", "window_start", "window_end", TS, KEY)
 
 _SIDE = "__side"
@@ -81,8 +82,6 @@ def compile_framework_join(ctx: CompileContext, node: g.JoinNode, left: Stream, 
         GraphError: a session window with a max length, or the key/field problems `plan.joins` reports.
     """
     from pyspark.sql import functions as F
-
-    from ethereal_kafka.plan.joins import element, finish, key_pair
 
     assert node.window is not None
     if getattr(node.window, "max_length", None) is not None:

@@ -12,7 +12,7 @@ back). Timers: one per pending event time of the key (window ends, continuous-tr
 Output rows (in this order): `window_start`, `window_end` (time windows), the result fields, `__ts` (time windows:
 end - 1 ms; count/global windows: the largest event time in the pane), `__key`, and with a late-data side output
 `__tag` plus the struct column of the late elements (the input's user fields, `__ts` their own event time). The
-compiled stream then puts the key fields first (`plan.windows.key_columns`).
+compiled stream then puts the key fields first (`plan.stream.key_columns`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from ethereal_kafka.plan.schema import (
     side_column,
     spark_struct,
 )
-from ethereal_kafka.plan.stream import Stream
+from ethereal_kafka.plan.stream import Stream, key_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     )
     from pyspark.sql.types import StructType
 
-    from ethereal_kafka.plan.compiler import CompileContext
+    from ethereal_kafka.plan.context import CompileContext
 
 #: Window bound fields of time windows.
 WINDOW_FIELDS = ("window_start", "window_end")
@@ -130,8 +130,6 @@ def _plan(node: g.WindowNode, stream: Stream, window: WindowSpec) -> tuple[Windo
 def _run(stream: Stream, plan: WindowPlan, schema: StructType) -> DataFrame:
     """The operator over `stream`, its output with the key fields first (see the module docstring)."""
     from pyspark.sql import functions as F
-
-    from ethereal_kafka.plan.windows import key_columns
 
     keep = [*stream.fields, *[c for c in (TS, PART, OFFSET, KEY) if c in stream.frame.columns]]
     mode = "EventTime" if plan.window.needs_event_time else "None"

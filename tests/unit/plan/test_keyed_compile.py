@@ -12,7 +12,7 @@ from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.functions import AggregateFunction, KeyedProcessFunction
 from ethereal_kafka.api.tags import OutputTag
-from ethereal_kafka.plan.compiler import CompileContext, _refuse_framework_operator
+from ethereal_kafka.plan.context import CompileContext, _refuse_framework_operator
 from ethereal_kafka.plan.keyed import compile_process, compile_rolling, resolve_time_mode
 from ethereal_kafka.plan.stream import Stream
 

@@ -18,7 +18,7 @@ from ethereal_kafka.api.windows import (
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
 )
-from ethereal_kafka.plan.compiler import CompileContext
+from ethereal_kafka.plan.context import CompileContext
 from ethereal_kafka.plan.operators.window_functions import translate_aggregates
 from ethereal_kafka.plan.stream import Stream
 from ethereal_kafka.plan.windows import compile_window, runs_native, watermark_settings

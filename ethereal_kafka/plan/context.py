@@ -1,0 +1,93 @@
+"""What compiling one query shares: `CompileContext` (the session, connectors and the nodes compiled so far) and
+the registry of node compilers.
+
+The operator modules (`stateless`, `windows`, `keyed`, `joins`, `lookup`) register a compiler per node type with
+`@register(NodeType)`; `CompileContext.compile` looks it up. The operator modules import this module, never
+`plan.compiler`, which imports them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+from ethereal_kafka.api import graph as g
+from ethereal_kafka.api.errors import GraphError
+from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+from ethereal_kafka.plan.stream import Stream, main_output
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from ethereal_kafka.config.job import JobConfig
+
+N = TypeVar("N", bound=g.Node)
+NodeCompiler = Callable[["CompileContext", N, list[Stream]], Stream]
+
+_REGISTRY: dict[type[g.Node], NodeCompiler] = {}
+
+
+def register(node_type: type[N]) -> Callable[[NodeCompiler[N]], NodeCompiler[N]]:
+    """Decorator: `@register(MapNode) def compile_map(ctx, node, inputs) -> Stream`."""
+
+    def decorate(function: NodeCompiler[N]) -> NodeCompiler[N]:
+        _REGISTRY[node_type] = function
+        return function
+
+    return decorate
+
+
+@dataclass
+class CompileContext:
+    """State of compiling one query.
+
+    Attributes:
+        spark: The session (DataFrames are built, nothing runs).
+        job: The job's settings (state backend, output mode, ...).
+        sources: The source connectors as this query reads them.
+        sinks: The job's sink connectors.
+        tables: The job's table connectors (lookup joins), by name.
+        query: The query's name.
+    """
+
+    spark: SparkSession
+    job: JobConfig | None
+    sources: dict[str, KafkaSourceConfig]
+    sinks: dict[str, KafkaSinkConfig]
+    tables: dict[str, object] = field(default_factory=dict)
+    query: str = ""
+    _memo: dict[int, Stream] = field(default_factory=dict)
+
+    def compile(self, node: g.Node) -> Stream:
+        """The compiled stream of `node` (each node compiled once per query).
+
+        Raises:
+            GraphError: the node (or an input) cannot be compiled.
+        """
+        found = self._memo.get(node.id)
+        if found is not None:
+            return found
+        compiler = _REGISTRY.get(type(node))
+        if compiler is None:
+            raise GraphError(f"{node.label}: this operator is not supported yet")
+        inputs = [self.compile(parent) for parent in node.inputs]
+        if not isinstance(node, g.SideOutputNode):
+            inputs = [main_output(s) if s.tags else s for s in inputs]
+        stream = compiler(self, node, inputs)
+        if self.job is not None and self.job.state_backend != "rocksdb":
+            _refuse_framework_operator(node, stream, self.job.state_backend)
+        self._memo[node.id] = stream
+        return stream
+
+
+def _refuse_framework_operator(node: g.Node, stream: Stream, backend: str) -> None:
+    """Raise when `node` compiled to the framework's stateful operator (Spark's transformWithState, which runs only
+    on the RocksDB state store). Inputs compile first, so the first node whose plan holds one is the culprit."""
+    plan = str(stream.frame._jdf.queryExecution().logical().toString())
+    if "TransformWithState" in plan:
+        raise GraphError(
+            f"{node.label} runs on the framework's stateful operator (Spark's transformWithState), which needs "
+            f"state.backend=rocksdb, but the job sets state.backend={backend}; only Spark-native operators "
+            "(windows with Spark aggregate expressions, joins) run on the in-memory state store"
+        )
