@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
+
+# Re-exported: the aggregate interface lives with no dependency on state (which refers to it).
+from ethereal_kafka.api.aggregate import ACC, AggregateFunction, Element  # noqa: F401
 
 if TYPE_CHECKING:
     from ethereal_kafka.api.state import (
@@ -26,9 +29,6 @@ if TYPE_CHECKING:
     )
     from ethereal_kafka.api.tags import OutputTag
     from ethereal_kafka.api.windows import TimeWindow
-
-Element = dict[str, Any]
-ACC = TypeVar("ACC")
 
 
 class MapFunction(ABC):
@@ -61,32 +61,6 @@ class ReduceFunction(ABC):
     @abstractmethod
     def reduce(self, a: Element, b: Element) -> Element:
         """`a` is the running result, `b` the new element (in event-time order within an epoch)."""
-
-
-class AggregateFunction(ABC, Generic[ACC]):
-    """Incremental aggregation with an accumulator (Flink's AggregateFunction).
-
-    The accumulator may be any picklable Python value; it is kept in Spark's state store between epochs (so it is
-    versioned with the checkpoint and restored on replay).
-    """
-
-    @abstractmethod
-    def create_accumulator(self) -> ACC:
-        """A fresh accumulator (called for each new key/window)."""
-
-    @abstractmethod
-    def add(self, value: Element, accumulator: ACC) -> ACC:
-        """Add one element; may mutate and return `accumulator`."""
-
-    @abstractmethod
-    def get_result(self, accumulator: ACC) -> Any:
-        """The result: a dict (its fields become the output's fields) or a single value (field `value`)."""
-
-    def merge(self, a: ACC, b: ACC) -> ACC:
-        """Merge two accumulators (session windows merge their windows' accumulators)."""
-        raise NotImplementedError(
-            f"{type(self).__name__} does not implement merge (needed by session windows)"
-        )
 
 
 class WindowContext:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ethereal_kafka.api.time import Duration, as_duration
 
 if TYPE_CHECKING:
-    from ethereal_kafka.api.functions import AggregateFunction
+    from ethereal_kafka.api.aggregate import AggregateFunction
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from ethereal_kafka.connectors.kafka.offsets import ranges
 from ethereal_kafka.connectors.kafka.read_stats import ReadReport, bucket_age
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.runtime.histogram import Histogram
+from ethereal_kafka.runtime.progress import ProgressLine, Snapshot
 from ethereal_kafka.runtime.spark_progress import add_progress_listener, offsets_of, unix_seconds
 from ethereal_kafka.runtime.summary import RunSummary
 
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from ethereal_kafka.config.connectors import KafkaSourceConfig
     from ethereal_kafka.config.job import LoadedJob
     from ethereal_kafka.connectors.kafka.read_stats import ReportChannel
-    from ethereal_kafka.runtime.progress import ProgressLine
 
 log = logging.getLogger(__name__)
 
@@ -123,27 +123,6 @@ class ScalingDecision:
             "reason": self.reason,
             "applied": self.applied,
         }
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Job-wide totals at one moment (for the progress line).
-
-    Attributes:
-        at: `time.monotonic()` when taken.
-        lag: Sum of every partition's lag, or None before Spark reported any.
-        last_epoch: The highest epoch committed by any query (None before the first).
-        last_epoch_ms: How long that epoch took.
-    """
-
-    at: float
-    records_in: int
-    records_out: int
-    dead_lettered: int
-    lag: int | None
-    last_epoch: int | None
-    last_epoch_ms: int | None
-    failed_epochs: int
 
 
 @dataclass(frozen=True)
@@ -705,7 +684,6 @@ def open_metrics(spark: SparkSession, loaded: LoadedJob) -> RunMetrics:
         ConfigError: the endpoint cannot listen on `metrics.host`:`metrics.port`.
     """
     from ethereal_kafka.connectors.kafka.read_stats import ReportChannel
-    from ethereal_kafka.runtime.progress import ProgressLine
 
     job = loaded.job
     if (

@@ -18,11 +18,33 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from ethereal_kafka.config.job import JobConfig
-    from ethereal_kafka.runtime.metrics import Snapshot
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Job-wide totals at one moment (for the progress line).
+
+    Attributes:
+        at: `time.monotonic()` when taken.
+        lag: Sum of every partition's lag, or None before Spark reported any.
+        last_epoch: The highest epoch committed by any query (None before the first).
+        last_epoch_ms: How long that epoch took.
+    """
+
+    at: float
+    records_in: int
+    records_out: int
+    dead_lettered: int
+    lag: int | None
+    last_epoch: int | None
+    last_epoch_ms: int | None
+    failed_epochs: int
+
 
 #: Refresh period and rate window of the in-place (terminal) line.
 TTY_REFRESH_S = 1.0

@@ -10,8 +10,7 @@ from dataclasses import replace
 
 from ethereal_kafka.config.job import JobConfig
 from ethereal_kafka.runtime.logs import ConsoleHandler
-from ethereal_kafka.runtime.metrics import Snapshot
-from ethereal_kafka.runtime.progress import ProgressLine, render
+from ethereal_kafka.runtime.progress import ProgressLine, Snapshot, render
 
 START = Snapshot(
     at=100.0,
