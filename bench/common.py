@@ -231,6 +231,17 @@ def drained(app_id: str) -> tuple[list[Any], int, float]:
     return epochs, sum(max(0, r.records_in) for r in epochs), (last - first) / 1000
 
 
+def query_epochs(checkpoint: Path) -> tuple[int, float, float]:
+    """A finished run's epochs, read from the Spark checkpoint of its query (the one folder under `checkpoint`
+    besides `sources`): the number of epochs planned, when the first was planned (its offsets file was written) and
+    when the last commit was written (both `time.time()` seconds)."""
+    query = next(p for p in checkpoint.iterdir() if p.is_dir() and p.name != "sources")
+    offsets = [p for p in (query / "offsets").iterdir() if p.name.isdigit()]
+    commits = [p for p in (query / "commits").iterdir() if p.name.isdigit()]
+    first = min(offsets, key=lambda p: int(p.name)).stat().st_mtime
+    return len(offsets), first, max(p.stat().st_mtime for p in commits)
+
+
 def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:
     """Nearest-rank percentiles of `values` (empty → {})."""
     if not values:
