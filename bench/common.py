@@ -116,6 +116,9 @@ class TreeCpu:
         self.root = root
         self.interval_s = interval_s
         self.seen: dict[tuple[int, float], float] = {}
+        #: Each process's kind (`by_kind`): `root`, `java`, `python` (the other Python processes: PySpark's daemon
+        #: and workers) or `other`.
+        self.kinds: dict[tuple[int, float], str] = {}
         #: The largest sum of the tree's RSS over the samples, in bytes (pages shared by forked workers count once
         #: per process, as `ps` shows them).
         self.peak_rss = 0
@@ -148,6 +151,12 @@ class TreeCpu:
                         times = process.cpu_times()
                         key = (process.pid, process.create_time())
                         rss += process.memory_info().rss
+                        name = process.name()  # each time: a process may exec another program
+                        self.kinds[key] = (
+                            "root"
+                            if process.pid == self.root
+                            else next((k for k in ("java", "python") if name.startswith(k)), "other")
+                        )
                 except psutil.Error:
                     continue
                 self.seen[key] = max(self.seen.get(key, 0.0), times.user + times.system)
@@ -209,6 +218,15 @@ class TreeCpu:
         itself and its waited-for children, whichever is larger (both can only miss CPU, never count it twice)."""
         with self._lock:
             return max(sum(self.seen.values()), self.waited)
+
+    def by_kind(self) -> dict[str, float]:
+        """CPU-seconds so far per process kind (see `kinds`), rounded to 0.1 s."""
+        with self._lock:
+            totals: dict[str, float] = {}
+            for key, seconds in self.seen.items():
+                kind = self.kinds.get(key, "other")
+                totals[kind] = totals.get(kind, 0.0) + seconds
+        return {kind: round(seconds, 1) for kind, seconds in sorted(totals.items())}
 
     def __enter__(self) -> TreeCpu:
         self._thread.start()

@@ -18,6 +18,7 @@ arrived). Each answer is a multiset of tuples, the same shape `row(query, record
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -87,11 +88,11 @@ class Event:
     record: dict[str, Any]
 
 
-def events(count: int, seed: int = 12, rate: int = 1000, base_ms: int = 1_800_000_000_000) -> Iterator[Event]:
-    """Nexmark's first `count` events (see the module docstring), in event-time order."""
+def events(seed: int = 12, rate: int = 1000, base_ms: int = 1_800_000_000_000) -> Iterator[Event]:
+    """Nexmark's events (see the module docstring), in event-time order, without end."""
     rng = random.Random(seed)
     persons = auctions = 0
-    for n in range(count):
+    for n in itertools.count():
         at = base_ms + n * 1000 // rate
         slot = n % 50
         if slot == 0:
@@ -154,6 +155,31 @@ def events(count: int, seed: int = 12, rate: int = 1000, base_ms: int = 1_800_00
                     "extra": "",
                 },
             )
+
+
+def span(each: int) -> int:
+    """How many events `take(each)` reads from the stream (at most; for choosing a base time)."""
+    return each * 50 // 4 + 50
+
+
+def take(
+    each: int, seed: int = 12, rate: int = 1000, base_ms: int = 1_800_000_000_000
+) -> dict[str, list[Any]]:
+    """The records per kind that give every query `each` input events: the bids among the stream's first events up
+    to its `each`-th bid, and the persons and auctions up to its `each`-th person-or-auction (q8 reads both kinds).
+    One stream cut at two points: each query's input is a prefix of the same event stream."""
+    by_kind: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    sellers_side = 0
+    for event in events(seed, rate, base_ms):
+        if event.kind == "bids":
+            if len(by_kind["bids"]) < each:
+                by_kind["bids"].append(event.record)
+        elif sellers_side < each:
+            by_kind[event.kind].append(event.record)
+            sellers_side += 1
+        if sellers_side >= each and len(by_kind["bids"]) >= each:
+            return by_kind
+    raise AssertionError("the event stream has no end")
 
 
 # -- the answers ----------------------------------------------------------------------------------------------------
