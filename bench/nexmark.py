@@ -1,7 +1,7 @@
 """Nexmark q0, q1, q2, q5, q7, q8 through ethereal-kafka, exactly-once, each output checked against its answer.
 
     flock /tmp/ek-bench.lock nice -n 19 .venv/bin/python bench/nexmark.py --events 200000 --rounds 2
-    make bench-nexmark BENCH_ARGS="--events 20000 --queries q5,q8"
+    make bench-nexmark NEXMARK_ARGS="--events 20000 --queries q5,q8"
 
 Generates Nexmark's event stream (bench/nexmark_model.py: persons, auctions and bids in Nexmark's 1 : 3 : 46
 proportions, seeded, event time advancing `1000 / --rate` ms per event) until every query has `--events` input
@@ -21,8 +21,9 @@ the bench exits non-zero.
 Per query: input events (the records of the kinds it reads); records/s including start-up (process start to exit)
 and over the epochs (first epoch planned to last epoch committed, from the query's checkpoint); CPU-seconds per 1M
 input events of the whole process tree (driver, JVM, PySpark's daemon and workers, sampled with psutil: the daemon
-ignores SIGCHLD, so the workers' CPU is summed per process), in all and over the epochs; peak RSS of the tree; output
-rows. `uptime` before each run goes into bench/results/nexmark.json; a Markdown table is printed.
+ignores SIGCHLD, so the workers' CPU is summed per process), in all and over the epochs, and split by process kind
+(`cpu_s_by_process`: the driver, the JVM, the Python daemon and workers); peak RSS of the tree; output rows.
+`--ek-setting KEY=VALUE` adds a setting to every job file (e.g. `epoch.target.ms=20000`). `uptime` before each run goes into bench/results/nexmark.json; a Markdown table is printed.
 """
 
 from __future__ import annotations
@@ -92,9 +93,16 @@ def feed(bootstrap: str, topics: dict[str, str], by_kind: dict[str, list[dict[st
 
 # -- one query ------------------------------------------------------------------------------------------------------
 def write_job(
-    folder: Path, query: str, bootstrap: str, topics: dict[str, str], output: str, app_id: str
+    folder: Path,
+    query: str,
+    bootstrap: str,
+    topics: dict[str, str],
+    output: str,
+    app_id: str,
+    settings: list[str],
 ) -> Path:
-    """The query's job file and connector files in `folder`; returns the job file."""
+    """The query's job file and connector files in `folder`; returns the job file. `settings` (`key=value`) are
+    appended to the job file."""
     folder.mkdir(parents=True, exist_ok=True)
     kinds = model.QUERIES[query]
     for kind in kinds:
@@ -110,6 +118,7 @@ def write_job(
     (folder / "job.properties").write_text(
         f"app.id={app_id}\nsources={','.join(f'{k}.properties' for k in kinds)}\nsinks=out.properties\n"
         f"{transform}\ncheckpoint.location={folder / 'checkpoint'}\ndelivery.guarantee=exactly-once\n"
+        + "".join(f"{setting}\n" for setting in settings)
     )
     return folder / "job.properties"
 
@@ -161,10 +170,11 @@ def run_query(
     tag: str,
     folder: Path,
     timeout_s: float,
+    settings: list[str],
 ) -> dict[str, Any]:
     """Run one query to the end of its input, measure it and check its output (see the module docstring)."""
     output = create_topic(bootstrap, f"nexmark-{query}-out-{tag}", PARTITIONS)
-    job = write_job(folder, query, bootstrap, topics, output, f"nexmark-{query}-{tag}")
+    job = write_job(folder, query, bootstrap, topics, output, f"nexmark-{query}-{tag}", settings)
     events = sum(len(by_kind[k]) for k in model.QUERIES[query])
     env = {
         **os.environ,
@@ -268,6 +278,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--rate", type=int, default=1000, help="events per second of event time")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
+    parser.add_argument(
+        "--ek-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a job setting added to every job file (repeatable), e.g. epoch.target.ms=10000",
+    )
     args = parser.parse_args()
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     unknown = [q for q in queries if q not in model.QUERIES]
@@ -293,7 +310,14 @@ def main() -> None:
             for query in queries:
                 tag = f"{stamp}-r{round_}"
                 result = run_query(
-                    query, bootstrap, topics, by_kind, tag, folder / f"{query}-r{round_}", args.timeout
+                    query,
+                    bootstrap,
+                    topics,
+                    by_kind,
+                    tag,
+                    folder / f"{query}-r{round_}",
+                    args.timeout,
+                    args.ek_setting,
                 )
                 result["round"] = round_
                 rows.append(result)
@@ -308,6 +332,7 @@ def main() -> None:
             "events_by_kind": {k: len(v) for k, v in by_kind.items()},
             "seed": args.seed,
             "rate": args.rate,
+            "ek_settings": args.ek_setting,
             "partitions": PARTITIONS,
             "feed_s": round(feed_s, 1),
             "runs": rows,
