@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint typecheck unit integration bench clean browser
+.PHONY: demo test install lint typecheck unit integration bench bench-nexmark clean browser
 
 # The web UI's browser tests drive Debian's chromium (Playwright cannot download a browser here); installed with
 # apt-get only when it is missing.
@@ -56,6 +56,13 @@ BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	nice -n 19 $(BIN)/python bench/peers.py $(BENCH_ARGS)
+
+# Issue 12's Nexmark bench (docs/performance.md): q0 q1 q2 q5 q7 q8 exactly-once, 200k input events each, every
+# output checked against a plain-Python answer, ~7 min on 2 cores; `make bench-nexmark NEXMARK_ARGS="--events 20000"`.
+NEXMARK_ARGS ?=
+bench-nexmark: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	nice -n 19 $(BIN)/python bench/nexmark.py $(NEXMARK_ARGS)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit

@@ -116,6 +116,9 @@ class TreeCpu:
         self.root = root
         self.interval_s = interval_s
         self.seen: dict[tuple[int, float], float] = {}
+        #: Each process's kind (`by_kind`): `root`, `java`, `python` (the other Python processes: PySpark's daemon
+        #: and workers) or `other`.
+        self.kinds: dict[tuple[int, float], str] = {}
         #: The largest sum of the tree's RSS over the samples, in bytes (pages shared by forked workers count once
         #: per process, as `ps` shows them).
         self.peak_rss = 0
@@ -148,6 +151,12 @@ class TreeCpu:
                         times = process.cpu_times()
                         key = (process.pid, process.create_time())
                         rss += process.memory_info().rss
+                        name = process.name()  # each time: a process may exec another program
+                        self.kinds[key] = (
+                            "root"
+                            if process.pid == self.root
+                            else next((k for k in ("java", "python") if name.startswith(k)), "other")
+                        )
                 except psutil.Error:
                     continue
                 self.seen[key] = max(self.seen.get(key, 0.0), times.user + times.system)
@@ -210,6 +219,15 @@ class TreeCpu:
         with self._lock:
             return max(sum(self.seen.values()), self.waited)
 
+    def by_kind(self) -> dict[str, float]:
+        """CPU-seconds so far per process kind (see `kinds`), rounded to 0.1 s."""
+        with self._lock:
+            totals: dict[str, float] = {}
+            for key, seconds in self.seen.items():
+                kind = self.kinds.get(key, "other")
+                totals[kind] = totals.get(kind, 0.0) + seconds
+        return {kind: round(seconds, 1) for kind, seconds in sorted(totals.items())}
+
     def __enter__(self) -> TreeCpu:
         self._thread.start()
         return self
@@ -229,6 +247,17 @@ def drained(app_id: str) -> tuple[list[Any], int, float]:
     first = min(r.started_ms for r in epochs)
     last = max(r.started_ms + r.duration_ms for r in epochs)
     return epochs, sum(max(0, r.records_in) for r in epochs), (last - first) / 1000
+
+
+def query_epochs(checkpoint: Path) -> tuple[int, float, float]:
+    """A finished run's epochs, read from the Spark checkpoint of its query (the one folder under `checkpoint`
+    besides `sources`): the number of epochs planned, when the first was planned (its offsets file was written) and
+    when the last commit was written (both `time.time()` seconds)."""
+    query = next(p for p in checkpoint.iterdir() if p.is_dir() and p.name != "sources")
+    offsets = [p for p in (query / "offsets").iterdir() if p.name.isdigit()]
+    commits = [p for p in (query / "commits").iterdir() if p.name.isdigit()]
+    first = min(offsets, key=lambda p: int(p.name)).stat().st_mtime
+    return len(offsets), first, max(p.stat().st_mtime for p in commits)
 
 
 def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MemorySampler, bench_broker, write_result
+from common import MemorySampler, bench_broker, query_epochs, write_result
 
 from ethereal_kafka.examples import sessions, wordcount
 from ethereal_kafka.testing.kafka_io import create_topic, produce, read_all
@@ -78,16 +78,12 @@ def run_job(job: str, env: dict[str, str], state: Path) -> dict[str, object]:
         wall = time.monotonic() - began
     if done.returncode != 0:
         raise SystemExit(f"{job} failed:\n{done.stderr[-3000:]}")
-    query = next(p for p in (state / "checkpoint").iterdir() if p.is_dir() and p.name != "sources")
-    offsets = sorted(
-        (p for p in (query / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
-    )
-    commits = [p for p in (query / "commits").iterdir() if p.name.isdigit()]
-    epochs_s = max(p.stat().st_mtime for p in commits) - offsets[0].stat().st_mtime
+    epochs, first, last = query_epochs(state / "checkpoint")
+    epochs_s = last - first
     return {
         "wall_s": round(wall, 1),
         "epochs_s": round(epochs_s, 1),
-        "epochs": len(offsets),
+        "epochs": epochs,
         "peak_rss_mb": round(memory.peak_total / 2**20),
         "peak_rss_mb_by_kind": {k: round(v / 2**20) for k, v in memory.peak_by_kind.items()},
     }
