@@ -13,7 +13,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.admission import (
     FIXED_COST_HEADROOM,
-    GROWTH_LIMIT,
     HISTORY,
     RAMP_CEILING,
     RAMP_GROWTH_LIMIT,
