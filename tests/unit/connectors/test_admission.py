@@ -118,7 +118,9 @@ def test_a_short_epoch_among_steady_epochs_of_its_size_is_noise_not_a_ramp() -> 
     fast = next_budget(40_000, 40_000, 300, SETTINGS, recent=[*steady, (40_000, 300)])
     assert (fast.action, fast.budget) == ("hold", 40_000), fast
     ramp = next_budget(40_000, 40_000, 300, SETTINGS, recent=[(2_500, 250), (10_000, 260), (40_000, 300)])
-    assert (ramp.action, ramp.budget) == ("grow", 200_000 if SETTINGS.max_records > 200_000 else 100_000), ramp
+    assert (ramp.action, ramp.budget) == ("grow", 200_000 if SETTINGS.max_records > 200_000 else 100_000), (
+        ramp
+    )
 
 
 def test_an_epoch_sized_by_the_estimate_stays_within_the_transaction_budget() -> None:
