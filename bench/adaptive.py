@@ -140,8 +140,12 @@ def run_once(
         # Adaptive: the sizer's own maximum (epoch.max.records); under exactly-once an unset bound would get the
         # conservative default (epoch_bounds.EOS_MAX_RECORDS), which would cap the sizer below what it can do.
         max_records=500_000 if setting == "adaptive" else int(setting),
-        extra_job=f"{sizing}transaction.timeout.ms=300000\nui.enabled=false\nmetrics.enabled=false\nprogress=off\n",
+        extra_job=f"{sizing}transaction.timeout.ms=900000\nui.enabled=false\nmetrics.enabled=false\nprogress=off\n",
     )
+    # The exactly-once default byte bound (32 MiB, ~480,000 of these records) would cap the large fixed settings
+    # below their record count; 512 MiB still commits within the transaction timeout at the floor rates.
+    with (folder / "source.properties").open("a", encoding="utf-8") as source:
+        source.write(f"max.bytes.per.epoch={512 * 1024 * 1024}\n")
     err = folder / "job.err"
     began = time.monotonic()
     with err.open("wb") as stderr:
