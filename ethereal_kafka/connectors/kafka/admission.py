@@ -45,6 +45,15 @@ HISTORY = 8
 SMOOTHING = 3
 #: An epoch this many times the aim shrinks the budget at once, whatever the epochs before it say.
 RUNAWAY = 1.5
+#: An epoch shorter than this fraction of the aim, with more records waiting, is part of the ramp from a small
+#: budget: the next one is sized without waiting for `SMOOTHING` epochs to agree.
+RAMP = 0.5
+#: During the ramp the next epoch may take at most this multiple of the aim even if every millisecond of the
+#: last one was per-record cost (the worst case: durations grow at most in proportion to the records), so a ramp
+#: step stays under twice the target.
+RAMP_CEILING = 1.5
+#: Largest factor by which one ramp step may grow the budget.
+RAMP_GROWTH_LIMIT = 8.0
 
 Observation = tuple[int, int]  # (records admitted, duration in ms) of one epoch
 
@@ -135,6 +144,11 @@ def next_budget(
     single epochs are noisy: the same estimate over the last `SMOOTHING` epochs (their median) must agree before
     the budget grows, and keeps one slow epoch among fast ones from shrinking it.
 
+    - Ramp: an epoch shorter than `RAMP` x the aim that used its whole budget, when no recent epoch of about its
+      size ran longer: grow at once (no smoothing) to the size the cost model predicts fills the aim, at most
+      `RAMP_CEILING` x aim / duration times the budget (so even an epoch of pure per-record cost stays under
+      `RAMP_CEILING` x the aim) and at most `RAMP_GROWTH_LIMIT` times. Fixed cost dominates small epochs, so
+      the rate-based estimate alone would climb out of a small budget only slowly.
     - Short epoch (below the aim by more than `TOLERANCE`) that used its whole budget (so more records were
       waiting): grow to the smaller of the two estimates, at most `GROWTH_LIMIT` times the budget (and by more
       than `TOLERANCE`, or not at all).
@@ -161,6 +175,14 @@ def next_budget(
     if duration_ms < target * (1 - TOLERANCE):
         if records < budget:
             return BudgetStep(budget, "hold", f"{seen}, backlog below the budget")
+        if duration_ms < target * RAMP and _ramping(records, target, recent):
+            ceiling = records * min(RAMP_GROWTH_LIMIT, RAMP_CEILING * target / duration_ms)
+            predicted = ceiling
+            if model is not None and model.per_record_ms:
+                predicted = max(estimate, (target - model.fixed_ms) / model.per_record_ms)
+            grown = settings.clamp(min(ceiling, predicted))
+            if grown > budget * (1 + TOLERANCE) or grown >= settings.max_records > budget:
+                return BudgetStep(grown, "grow", f"{seen} with more waiting (ramp)")
         grown = settings.clamp(min(estimate, steady, budget * GROWTH_LIMIT))
         if grown <= budget * (1 + TOLERANCE) and grown < settings.max_records:
             return BudgetStep(budget, "hold", f"{seen}, recent epochs slower or at epoch.max.records")
@@ -174,6 +196,12 @@ def next_budget(
             return BudgetStep(budget, "hold", f"{seen}, recent epochs faster or at epoch.min.records")
         return BudgetStep(shrunk, "shrink", seen)
     return BudgetStep(budget, "hold", f"{seen}, on target")
+
+
+def _ramping(records: int, target: int, recent: Sequence[Observation]) -> bool:
+    """Whether no recent epoch of about `records` records (within `TOLERANCE`) ran `RAMP` x `target` or longer:
+    then a short epoch is not noise among steady ones but a budget still far below what fits."""
+    return all(d < target * RAMP for n, d in recent if n >= records * (1 - TOLERANCE))
 
 
 def budget_path(config: KafkaSourceConfig) -> Path | None:

@@ -155,7 +155,8 @@ def close_cached_clients() -> None:
 def consumer_config(
     bootstrap: str, group_id: str, isolation_level: str, passthrough: Mapping[str, str]
 ) -> dict[str, str]:
-    """Return the configuration of a reading consumer: manual assignment, no auto-commit, no offset store."""
+    """Return the configuration of a reading consumer: manual assignment, no auto-commit, no offset store, and a
+    short fetch backoff (a new range's records arrive at once)."""
     conf = {
         **_QUIET,
         "bootstrap.servers": bootstrap,
@@ -165,6 +166,10 @@ def consumer_config(
         "enable.partition.eof": "true",
         "auto.offset.reset": "earliest",
         "isolation.level": isolation_level,
+        # librdkafka postpones a partition's next fetch by this much once its prefetch queue is over the
+        # thresholds (1000 ms by default), and the postponement outlives the unassign / assign of the next epoch's
+        # range: every other epoch waited ~1 s for its first records (tests/integration/test_range_reader.py).
+        "fetch.queue.backoff.ms": "10",
     }
     conf.update(passthrough)
     return conf

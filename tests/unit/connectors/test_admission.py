@@ -13,8 +13,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.admission import (
     FIXED_COST_HEADROOM,
-    GROWTH_LIMIT,
     HISTORY,
+    RAMP_CEILING,
+    RAMP_GROWTH_LIMIT,
     AdmissionSettings,
     CostModel,
     aimed_ms,
@@ -59,11 +60,11 @@ def simulate(
 
 def test_grows_from_the_minimum_to_the_size_that_fills_the_target_without_overshooting() -> None:
     # 200 ms fixed cost + 0.02 ms per record: 40,000 records fill the 1 s target.
-    budgets, _ = simulate(200, 0.02, 12, SETTINGS)
+    budgets, durations = simulate(200, 0.02, 12, SETTINGS)
     assert budgets[0] == 100
-    assert all(b <= a * GROWTH_LIMIT for a, b in itertools.pairwise(budgets))
+    assert all(b <= a * RAMP_GROWTH_LIMIT for a, b in itertools.pairwise(budgets))
     assert all(200 + 0.02 * b <= 1000 * 1.1 for b in budgets), "no epoch ran past the target"
-    assert 36_000 <= budgets[-1] <= 40_000
+    assert 900 <= durations[-1] <= 1000 and budgets[-1] <= 40_000, "within the tolerance below the target"
     assert budgets == sorted(budgets)
 
 
@@ -91,7 +92,35 @@ def test_holds_without_a_backlog_within_tolerance_and_at_the_bounds() -> None:
 def test_a_runs_first_epoch_may_grow_but_not_shrink() -> None:
     assert next_budget(1000, 1000, 4000, SETTINGS, may_shrink=False).budget == 1000
     assert next_budget(1000, 1000, 4000, SETTINGS).budget == 250
-    assert next_budget(1000, 1000, 100, SETTINGS, may_shrink=False).budget == 4000
+    assert next_budget(1000, 1000, 100, SETTINGS, may_shrink=False).budget == 8000
+    assert next_budget(1000, 1000, 2500, SETTINGS, may_shrink=False).budget == 1000
+
+
+def test_the_ramp_from_a_small_budget_takes_a_few_epochs_and_stays_under_the_ceiling() -> None:
+    # As measured on the bench (bench/adaptive.py): ~450 ms fixed cost per epoch, ~0.01 ms per record, 2 s target.
+    settings = AdmissionSettings(target_ms=2000, min_records=1000, max_records=1_000_000)
+    budgets, durations = simulate(450, 0.01, 12, settings)
+    fits = (2000 - 450) / 0.01
+    first_near = next(i for i, b in enumerate(budgets) if b >= 0.75 * fits)
+    assert first_near <= 5, f"the ramp took {first_near} epochs: {budgets}"
+    assert max(durations) <= 2000 * 1.1, durations
+    # Worst case for a ramp step: no fixed cost at all (durations grow in proportion to the records).
+    budgets, durations = simulate(0, 0.02, 12, settings)
+    assert max(durations) <= RAMP_CEILING * 2000, (budgets, durations)
+    # With noise, every epoch after the first stays under twice the target.
+    for seed in range(20):
+        _, durations = simulate(450, 0.01, 15, settings, noise=0.3, seed=seed)
+        assert max(durations[1:]) < 2 * 2000, (seed, durations)
+
+
+def test_a_short_epoch_among_steady_epochs_of_its_size_is_noise_not_a_ramp() -> None:
+    steady = [(40_000, 1000), (40_000, 1020), (40_000, 980)]
+    fast = next_budget(40_000, 40_000, 300, SETTINGS, recent=[*steady, (40_000, 300)])
+    assert (fast.action, fast.budget) == ("hold", 40_000), fast
+    ramp = next_budget(40_000, 40_000, 300, SETTINGS, recent=[(2_500, 250), (10_000, 260), (40_000, 300)])
+    assert (ramp.action, ramp.budget) == ("grow", 200_000 if SETTINGS.max_records > 200_000 else 100_000), (
+        ramp
+    )
 
 
 def test_an_epoch_sized_by_the_estimate_stays_within_the_transaction_budget() -> None:

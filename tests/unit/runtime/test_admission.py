@@ -72,16 +72,16 @@ def test_budgets_grow_with_a_backlog_shrink_when_long_and_survive_a_restart(tmp_
     sizer.observe("out", _record(0, 0, 100, 4000))
     assert read_budget(path_a) == 100, "the run's first epoch (start-up) does not shrink"
     sizer.observe("out", _record(1, 100, 200, 100))
-    assert read_budget(path_a) == 400, "short and capped: grows (at most 4x)"
-    sizer.observe("out", _record(2, 200, 600, 300, skipped_tasks=1))
-    sizer.observe("out", _record(2, 200, 600, 300, outcome="failed"))
-    assert read_budget(path_a) == 400, "replayed-and-skipped or failed epochs teach nothing"
-    sizer.observe("out", _record(2, 200, 600, 2000))
-    assert read_budget(path_a) == 200, "long: shrinks to what fits the target"
-    assert sizer.budgets() == {("out", "a"): 200, ("out", "b"): 100}, "b admitted nothing: unchanged"
+    assert read_budget(path_a) == 800, "short and capped: ramps up (at most 8x)"
+    sizer.observe("out", _record(2, 200, 1000, 300, skipped_tasks=1))
+    sizer.observe("out", _record(2, 200, 1000, 300, outcome="failed"))
+    assert read_budget(path_a) == 800, "replayed-and-skipped or failed epochs teach nothing"
+    sizer.observe("out", _record(2, 200, 1000, 2000))
+    assert read_budget(path_a) == 400, "long: shrinks to what fits the target"
+    assert sizer.budgets() == {("out", "a"): 400, ("out", "b"): 100}, "b admitted nothing: unchanged"
     again = EpochSizer(loaded.job)
     again.watch(_coordinator(job_sources(loaded, False)))
-    assert again.budgets()[("out", "a")] == 200, "a restart resumes at the learned budget"
+    assert again.budgets()[("out", "a")] == 400, "a restart resumes at the learned budget"
 
 
 def test_admitted_counts_only_the_sources_topics() -> None:
