@@ -299,14 +299,17 @@ def process_role(process: Any, root: int) -> str:
 
 
 class RoleSampler(Periodic):
-    """Samples the RSS of a process tree every `interval_s` on a thread, summed by `process_role`: `samples` is a
-    list of (wall-clock ms, {role: bytes}), the roles absent from a sample holding no process then; `most` the most
-    processes of each role seen in one sample."""
+    """Samples the memory of a process tree every `interval_s` on a thread, summed by `process_role`: `samples` is
+    a list of (wall-clock ms, {role: RSS bytes}), the roles absent from a sample holding no process then;
+    `pss_samples` the same with each process's PSS (proportional set size: a page shared by n processes counts 1/n
+    to each, so forked workers' pages shared with their daemon count once over the tree); `most` the most processes
+    of each role seen in one sample."""
 
     def __init__(self, root: int, interval_s: float = 1.0) -> None:
         super().__init__(interval_s)
         self.root = root
         self.samples: list[tuple[float, dict[str, int]]] = []
+        self.pss_samples: list[tuple[float, dict[str, int]]] = []
         self.most: dict[str, int] = {}
         self._roles: dict[tuple[int, float], str] = {}
 
@@ -320,20 +323,24 @@ class RoleSampler(Periodic):
         except psutil.Error:
             return
         by_role: dict[str, int] = {}
+        pss_by_role: dict[str, int] = {}
         count: dict[str, int] = {}
         for process in tree:
             try:
                 key = (process.pid, process.create_time())
-                rss = process.memory_info().rss
+                memory = process.memory_full_info()
             except psutil.Error:
                 continue
             role = self._roles.get(key) or self._roles.setdefault(key, process_role(process, self.root))
-            by_role[role] = by_role.get(role, 0) + rss
+            by_role[role] = by_role.get(role, 0) + memory.rss
+            pss_by_role[role] = pss_by_role.get(role, 0) + memory.pss
             count[role] = count.get(role, 0) + 1
         for role, n in count.items():
             self.most[role] = max(self.most.get(role, 0), n)
         if by_role:
-            self.samples.append((time.time() * 1000, by_role))
+            now = time.time() * 1000
+            self.samples.append((now, by_role))
+            self.pss_samples.append((now, pss_by_role))
 
 
 def uptime() -> str:

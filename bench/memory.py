@@ -15,10 +15,11 @@ While a job runs, the RSS of its whole process tree is sampled every second by k
 `process_role`: the driver, Spark's JVM, the Python worker daemon, the Python workers it forks, the Python data
 source's streaming source runner, the planners). After it, the job's checkpoint history says when each epoch
 committed and how many records it read, which places every sample at a count of records consumed. Reported: the
-RSS (total and by kind) when each further `--step` records had been consumed, the peak total with its breakdown,
+RSS (total and by kind) while each further `--step` records were being consumed, the peak total with its breakdown,
 the largest RSS of each kind, and the growth over the second half of the backlog (least-squares slope of each
 kind's RSS against records consumed, MB per 1M records, over the samples taken while the second half was read).
-RSS counts pages shared by forked workers once per process, as `ps` shows them. The stateless job's output is
+RSS counts pages shared by forked workers once per process, as `ps` shows them; PSS (the same samples) shares them
+out, so the PSS total is what the tree holds. The stateless job's output is
 checked by id with a read_committed reader (bench/peers.py `OutputWatcher`, running beside the job): lost and
 duplicates must be 0 / 0. Writes bench/results/memory.json and prints Markdown tables.
 """
@@ -76,39 +77,49 @@ def _slope(points: list[tuple[float, float]]) -> float | None:
     return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
 
 
+def _mb(by_role: dict[str, int]) -> dict[str, int]:
+    shown = {role: round(by_role[role] / MB) for role in ROLES if role in by_role}
+    return {"total": round(sum(by_role.values()) / MB), **shown}
+
+
 def profile(sampler: RoleSampler, curve: list[tuple[float, int]], records: int, step: int) -> dict[str, Any]:
-    """The memory figures of one run (see the module docstring) from its samples and its consumed-records curve."""
-    samples = [(_consumed_at(curve, at), by_role) for at, by_role in sampler.samples]
+    """The memory figures of one run (see the module docstring) from its samples and its consumed-records curve.
 
-    def mb(by_role: dict[str, int]) -> dict[str, int]:
-        shown = {role: round(by_role[role] / MB) for role in ROLES if role in by_role}
-        return {"total": round(sum(by_role.values()) / MB), **shown}
-
+    The point of the curve at `mark` records is the last sample taken before the epoch that took the consumed count
+    to `mark` or beyond committed: the tree while it read those records (for the last mark: before shutdown)."""
+    rss = [(_consumed_at(curve, at), by_role) for at, by_role in sampler.samples]
+    pss = [(_consumed_at(curve, at), by_role) for at, by_role in sampler.pss_samples]
     steps = []
     for mark in range(step, records + 1, step):
-        reached = next((by_role for n, by_role in samples if n >= mark), None)
-        if reached is not None:
-            steps.append({"consumed": mark, "rss_mb": mb(reached)})
-    peak = max(samples, key=lambda s: sum(s[1].values()), default=(0, {}))
-    second_half = [(n / 1e6, by_role) for n, by_role in samples if records / 2 <= n < records]
+        before = [k for k, (n, _) in enumerate(rss) if n < mark]
+        if before:
+            steps.append(
+                {"consumed": mark, "rss_mb": _mb(rss[before[-1]][1]), "pss_mb": _mb(pss[before[-1]][1])}
+            )
+    peak = max(rss, key=lambda s: sum(s[1].values()), default=(0, {}))
+    peak_pss = max(pss, key=lambda s: sum(s[1].values()), default=(0, {}))
     slopes = {}
-    for role in ("total", *ROLES):
-        points = [
-            (x, (sum(by_role.values()) if role == "total" else by_role.get(role, 0)) / MB)
-            for x, by_role in second_half
-        ]
-        slope = _slope(points)
-        if slope is not None and (role == "total" or any(by_role.get(role) for _, by_role in second_half)):
-            slopes[role] = round(slope, 1)
-    largest = {role: round(max((s[1].get(role, 0) for s in samples), default=0) / MB) for role in ROLES}
+    for name, samples in (("rss", rss), ("pss", pss)):
+        second_half = [(n / 1e6, by_role) for n, by_role in samples if records / 2 <= n < records]
+        for role in ("total", *ROLES):
+            points = [
+                (x, (sum(by_role.values()) if role == "total" else by_role.get(role, 0)) / MB)
+                for x, by_role in second_half
+            ]
+            slope = _slope(points)
+            if slope is not None and (
+                role == "total" or any(by_role.get(role) for _, by_role in second_half)
+            ):
+                slopes[f"{name} {role}"] = round(slope, 1)
+    largest = {role: round(max((s[1].get(role, 0) for s in rss), default=0) / MB) for role in ROLES}
     return {
-        "samples": len(samples),
-        "rss_per_step_mb": steps,
-        "peak_rss_mb": mb(peak[1]),
-        "peak_at_consumed": peak[0],
+        "samples": len(rss),
+        "per_step_mb": steps,
+        "peak_rss_mb": _mb(peak[1]),
+        "peak_rss_at_consumed": peak[0],
+        "peak_pss_mb": _mb(peak_pss[1]),
         "largest_rss_mb_by_kind": {role: v for role, v in largest.items() if v},
         "most_processes_by_kind": sampler.most,
-        "second_half_samples": len(second_half),
         "second_half_slope_mb_per_1m": slopes,
         "curve": [{"at_ms": round(at), "consumed": n} for at, n in curve],
     }
@@ -199,25 +210,32 @@ def windowed(bootstrap: str, folder: Path, args: argparse.Namespace, stamp: str)
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The RSS curve (by kind, per step of records consumed) and the growth of one run as Markdown."""
+    """The RSS curve (by kind, per step of records consumed), the PSS total and the growth of one run as Markdown."""
     kinds = [role for role in ROLES if role in result["largest_rss_mb_by_kind"]]
     lines = [
         f"{result['job']}: {result['records']:,} records, {result['epochs']} epochs, {result['wall_s']} s",
         "",
-        "| consumed | total | " + " | ".join(kinds) + " |",
-        "|---|---|" + "---|" * len(kinds),
+        "| consumed (up to) | RSS total | PSS total | " + " | ".join(f"{k} (RSS)" for k in kinds) + " |",
+        "|---|---|---|" + "---|" * len(kinds),
     ]
-    rows = [*result["rss_per_step_mb"], {"consumed": "peak", "rss_mb": result["peak_rss_mb"]}]
+    rows = [
+        *result["per_step_mb"],
+        {"consumed": "peak", "rss_mb": result["peak_rss_mb"], "pss_mb": result["peak_pss_mb"]},
+    ]
     for row in rows:
-        mb = row["rss_mb"]
+        rss, pss = row["rss_mb"], row["pss_mb"]
         consumed = row["consumed"] if isinstance(row["consumed"], str) else f"{row['consumed']:,}"
         lines.append(
-            f"| {consumed} | **{mb['total']} MB** | " + " | ".join(f"{mb.get(k, 0)} MB" for k in kinds) + " |"
+            f"| {consumed} | **{rss['total']} MB** | {pss['total']} MB | "
+            + " | ".join(f"{rss.get(k, 0)} MB" for k in kinds)
+            + " |"
         )
     slopes = result["second_half_slope_mb_per_1m"]
     lines.append(
         "| slope over the 2nd half (MB / 1M records) | "
-        + " | ".join(str(slopes.get(k, "n/a")) for k in ("total", *kinds))
+        + " | ".join(str(slopes.get(f"{m} {k}", "n/a")) for m, k in (("rss", "total"), ("pss", "total")))
+        + " | "
+        + " | ".join(str(slopes.get(f"rss {k}", "n/a")) for k in kinds)
         + " |"
     )
     return "\n".join(lines)
