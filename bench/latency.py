@@ -17,7 +17,10 @@ Figures per system: start-up (process start to the first readable output: for bo
 transaction) and the latency of the records produced before it (start-up backlog); over the steady part (records
 produced after the first output) p50/p90/p99/max latency, and the same split at the system's write (output record
 timestamp - produce time: waiting for the epoch plus processing) and after it (poll - output timestamp: waiting for
-the commit); p99 per 10 s of produce time (a catch-up after start-up shows in the first buckets); the achieved input
+the commit); p99 per 10 s of produce time (a catch-up after start-up shows in the first buckets) and p50/p99 over
+the records produced in the last `--tail` seconds of the input (the settled figure, once any catch-up is over; the
+table compares its p99 with the trigger interval); for ethereal-kafka the epochs (count, duration, records, from
+its checkpoint history); the achieved input
 rate; CPU-s per 1M records of the system's process tree (psutil, bench/common.py `TreeCpu`) in all and over the
 steady part; lost and duplicate ids (must be 0 / 0). The reader shares the 2 cores with the system and the producer:
 its own delay is part of every figure (fetch.wait.max.ms=10). Writes bench/results/latency.json and prints a
@@ -43,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import TreeCpu, bench_broker, conclude, percentiles, uptime
+from common import TreeCpu, bench_broker, conclude, drained, percentiles, uptime
 from peers import PARTITIONS, OutputWatcher, Run, write_ethereal_job
 
 from ethereal_kafka.testing.kafka_io import create_topic
@@ -111,7 +114,9 @@ def command(target: Target, run: Run, output: str) -> list[str]:
     return [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job)]
 
 
-def measure(target: Target, run: Run, rate: float, seconds: float, drain_s: float) -> dict[str, Any]:
+def measure(
+    target: Target, run: Run, rate: float, seconds: float, drain_s: float, tail_s: float
+) -> dict[str, Any]:
     """Run one system under the paced input and measure it (see the module docstring)."""
     source = create_topic(run.bootstrap, f"latency-in-{target.name}-{run.stamp}", PARTITIONS)
     output = create_topic(run.bootstrap, f"latency-out-{target.name}-{run.stamp}", PARTITIONS)
@@ -160,7 +165,25 @@ def measure(target: Target, run: Run, rate: float, seconds: float, drain_s: floa
     reader.finish()
     if producer.returncode != 0:
         raise SystemExit(f"the paced producer failed (exit {producer.returncode})")
-    return summarise(target, reader, cpu, fed, began_ms, expected, code, caught_up, leftovers, log)
+    result = summarise(target, reader, cpu, fed, began_ms, expected, tail_s)
+    result.update(
+        exit_code=code, caught_up_before_stop=caught_up, left_running_killed=leftovers, log=str(log)
+    )
+    if target.trigger_ms:
+        result["epochs"] = epoch_figures(f"latency-{target.name}-{run.stamp}")
+    return result
+
+
+def epoch_figures(app_id: str) -> dict[str, Any]:
+    """How many epochs an ethereal-kafka run committed, and their durations and sizes (its checkpoint history)."""
+    epochs, records, seconds = drained(app_id)
+    return {
+        "committed": len(epochs),
+        "records": records,
+        "seconds": round(seconds, 1),
+        "duration_ms": _pcts([float(e.duration_ms) for e in epochs]),
+        "records_in": _pcts([float(max(0, e.records_in)) for e in epochs]),
+    }
 
 
 def _pcts(values: list[float]) -> dict[str, float]:
@@ -177,16 +200,15 @@ def summarise(
     fed: dict[str, Any],
     began_ms: float,
     expected: int,
-    code: int | None,
-    caught_up: bool,
-    leftovers: list[int],
-    log: Path,
+    tail_s: float,
 ) -> dict[str, Any]:
-    """One system's result from what the reader and the sampler saw."""
+    """One system's figures from what the reader and the sampler saw."""
     first = reader.first_wall_ms or math.inf
     seen = [i for i in range(expected) if reader.counts[i]]
     startup = [i for i in seen if reader.produced_ms[i] < first]
     steady = [i for i in seen if reader.produced_ms[i] >= first]
+    tail_from = float(fed.get("last_ms", math.inf)) - 1000 * tail_s
+    tail = [i for i in seen if reader.produced_ms[i] >= tail_from]
     buckets: dict[int, list[float]] = {}
     start_ms = float(fed.get("first_ms", began_ms))
     for i in seen:
@@ -198,7 +220,6 @@ def summarise(
         "system": target.name,
         "label": target.label,
         "trigger_ms": target.trigger_ms or None,
-        "exit_code": code,
         "input": fed,
         "startup_s": round((first - began_ms) / 1000, 2) if reader.first_wall_ms else None,
         "startup_records": len(startup),
@@ -207,6 +228,9 @@ def summarise(
         "latency_ms": _pcts([reader.latency_ms[i] for i in steady]),
         "until_write_ms": _pcts([reader.write_ms[i] for i in steady]),
         "after_write_ms": _pcts([reader.latency_ms[i] - reader.write_ms[i] for i in steady]),
+        "tail_s": tail_s,
+        "tail_records": len(tail),
+        "tail_latency_ms": _pcts([reader.latency_ms[i] for i in tail]),
         "p99_per_10s_ms": {
             f"{10 * k}-{10 * k + 10}s": round(percentiles(v, (99,))["p99"], 1)
             for k, v in sorted(buckets.items())
@@ -215,7 +239,6 @@ def summarise(
         "cpu_s_per_1m": round(cpu.seconds / expected * 1e6, 1),
         "cpu_s_per_1m_steady": round(cpu_steady / len(steady) * 1e6, 1) if cpu_steady and steady else None,
         "peak_rss_mb": round(cpu.peak_rss / 2**20),
-        "caught_up_before_stop": caught_up,
         "output": {
             "unique": reader.unique,
             "lost": lost,
@@ -223,29 +246,39 @@ def summarise(
             "unexpected": reader.unexpected,
         },
         "exact": lost == 0 and duplicates == 0 and reader.unexpected == 0,
-        "left_running_killed": leftovers,
-        "log": str(log),
     }
 
 
+def _ms(figures: dict[str, float], key: str) -> str:
+    return f"{figures[key] / 1000:.2f} s" if key in figures else "n/a"
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """The latency table as Markdown."""
+    """The latency table as Markdown: latencies in seconds over the steady part (produced after the first output)
+    and over the last `tail_s` of the input, the tail's p99 against the trigger interval."""
+    tail_s = rows[0]["tail_s"] if rows else 30
     lines = [
         "| system | trigger | input rate | start-up (backlog records, their max latency) | p50 | p90 | p99 | max "
-        "| p99 / trigger | CPU-s / 1M (steady) | lost / duplicates |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| p50 / p99, last {tail_s:g} s of input | p99 (last {tail_s:g} s) / trigger | epochs: count, median ms, median records "
+        "| CPU-s / 1M (steady) | lost / duplicates |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        lat, out = r["latency_ms"], r["output"]
+        lat, tail, out = r["latency_ms"], r["tail_latency_ms"], r["output"]
         trigger = f"{r['trigger_ms']} ms" if r["trigger_ms"] else "commit every 100 ms"
-        ratio = f"{lat['p99'] / r['trigger_ms']:.2f}" if r["trigger_ms"] and lat else "n/a"
+        ratio = f"{tail['p99'] / r['trigger_ms']:.2f}" if r["trigger_ms"] and tail else "n/a"
         check = f"{out['lost']} / {out['duplicates']}" + ("" if r["exact"] else " **WRONG**")
-        startup = f"{r['startup_s']} s ({r['startup_records']:,}, {r['startup_latency_ms'].get('max', 0) / 1000:.1f} s)"
+        startup = f"{r['startup_s']} s ({r['startup_records']:,}, {_ms(r['startup_latency_ms'], 'max')})"
+        epochs = r.get("epochs")
+        sizes = (
+            f"{epochs['committed']}: {epochs['duration_ms'].get('p50')} ms, {epochs['records_in'].get('p50'):,.0f}"
+            if epochs
+            else "n/a"
+        )
         lines.append(
-            f"| {r['label']} | {trigger} | {r['input'].get('rate', 'n/a'):,}/s | {startup} "
-            + "".join(f"| {lat[k]} ms " if k in lat else "| n/a " for k in ("p50", "p90", "p99", "max"))
-            + f"| {ratio} "
-            f"| {r['cpu_s_per_1m_steady']} | {check} |"
+            f"| {r['label']} | {trigger} | {r['input'].get('rate', 'n/a'):,}/s | {startup} | "
+            + " | ".join(_ms(lat, k) for k in ("p50", "p90", "p99", "max"))
+            + f" | {_ms(tail, 'p50')} / {_ms(tail, 'p99')} | {ratio} | {sizes} | {r['cpu_s_per_1m_steady']} | {check} |"
         )
     return "\n".join(lines)
 
@@ -260,6 +293,12 @@ def main() -> None:
     parser.add_argument("--no-loop", action="store_true", help="skip the hand-written loop")
     parser.add_argument(
         "--drain", type=float, default=120, help="seconds to wait for the output after the input"
+    )
+    parser.add_argument(
+        "--tail",
+        type=float,
+        default=30,
+        help="seconds at the end of the input whose latency is reported apart",
     )
     parser.add_argument("--pause", type=float, default=3, help="seconds between two systems")
     parser.add_argument(
@@ -283,7 +322,7 @@ def main() -> None:
         run = Run(bootstrap, "", int(args.rate * args.seconds), "map", stamp, folder, args.ek_setting)
         for target in targets:
             time.sleep(args.pause)
-            result = measure(target, run, args.rate, args.seconds, args.drain)
+            result = measure(target, run, args.rate, args.seconds, args.drain, args.tail)
             result["load_average_1m_after"] = round(os.getloadavg()[0], 2)
             rows.append(result)
             print(json.dumps(result))
