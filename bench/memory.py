@@ -185,7 +185,9 @@ def windowed(bootstrap: str, folder: Path, args: argparse.Namespace, stamp: str)
     lines = create_topic(bootstrap, f"memory-lines-{stamp}", 2, KEEP)
     counts = create_topic(bootstrap, f"memory-counts-{stamp}", 2, KEEP)
     began = time.monotonic()
-    feed_lines(bootstrap, lines, args.lines, (int(time.time()) // 60) * 60_000 - 3_600_000)
+    # Lines are 10 ms of event time apart: the last one a minute before now, as the broker refuses record
+    # timestamps more than an hour ahead of its clock (`message.timestamp.after.max.ms`).
+    feed_lines(bootstrap, lines, args.lines, int(time.time() * 1000) - 10 * args.lines - 60_000)
     print(f"fed {args.lines:,} lines in {time.monotonic() - began:.1f} s", flush=True)
     env = {
         "ETHEREAL_KAFKA_BOOTSTRAP": bootstrap,
