@@ -314,7 +314,7 @@ class RoleSampler(Periodic):
         self._roles: dict[tuple[int, float], str] = {}
 
     def sample(self) -> None:
-        """Read the RSS of every process in the tree now (a process's role is decided once, when first seen)."""
+        """Read the RSS and PSS of every process in the tree now (a process's role is decided once it is known)."""
         import psutil
 
         try:
@@ -331,7 +331,10 @@ class RoleSampler(Periodic):
                 memory = process.memory_full_info()
             except psutil.Error:
                 continue
-            role = self._roles.get(key) or self._roles.setdefault(key, process_role(process, self.root))
+            role = self._roles.get(key) or process_role(process, self.root)
+            # "other" is looked at again: Spark's launcher script becomes the JVM by exec (same pid, same start)
+            if role != "other":
+                self._roles[key] = role
             by_role[role] = by_role.get(role, 0) + memory.rss
             pss_by_role[role] = pss_by_role.get(role, 0) + memory.pss
             count[role] = count.get(role, 0) + 1
