@@ -43,7 +43,7 @@ from ethereal_kafka.connectors.kafka.encoding import (
     sink_specs,
 )
 from ethereal_kafka.connectors.kafka.sink import send_records
-from ethereal_kafka.serde import SerdeSpec
+from ethereal_kafka.serde import SerdeSpec, build_codec
 from ethereal_kafka.serde.json_codec import JsonCodec
 
 DDL = "auction bigint, bidder bigint, price double, channel string, url string, date_time timestamp, extra string"
@@ -56,7 +56,7 @@ CHANNELS = ["Google", "Facebook", "Baidu", "Apple"]
 
 def bids(records: int) -> list[pa.StructArray]:
     """`records` bids in batches of BATCH rows, deterministic."""
-    codec = SerdeSpec("value", "json", spark_ddl=DDL).build()
+    codec = build_codec(SerdeSpec("value", "json", spark_ddl=DDL))
     start = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     batches = []
     for first in range(0, records, BATCH):

@@ -26,7 +26,7 @@ from common import MemorySampler, bench_broker, percentiles, write_result
 from ethereal_kafka.config import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.sink import KafkaSink
 from ethereal_kafka.runtime.spark import local_session
-from ethereal_kafka.serde import SerdeSpec
+from ethereal_kafka.serde import SerdeSpec, build_codec
 from ethereal_kafka.testing.kafka_io import create_topic, read_all
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def feed(bootstrap: str, topic: str, fmt: str, records: int) -> float:
             "queue.buffering.max.messages": 1_000_000,
         }
     )
-    codec = SerdeSpec(field="value", format="avro", schema_file=AVSC).build() if fmt == "avro" else None
+    codec = build_codec(SerdeSpec(field="value", format="avro", schema_file=AVSC)) if fmt == "avro" else None
     began = time.monotonic()
     chunk = 50_000
     for start in range(0, records, chunk):

@@ -40,7 +40,7 @@ from ethereal_kafka.config.connectors import KafkaTableConfig
 from ethereal_kafka.connectors.kafka.clients import consumer_config
 from ethereal_kafka.connectors.kafka.range_reader import messages_to_batch, read_messages
 from ethereal_kafka.errors import EtherealKafkaError
-from ethereal_kafka.serde import SerdeSpec
+from ethereal_kafka.serde import SerdeSpec, build_codec, pin_schema
 
 log = logging.getLogger(__name__)
 
@@ -78,20 +78,20 @@ class TableSpec:
         Raises:
             ConfigError: invalid key/value settings.
         """
-        key = SerdeSpec.from_settings(config, "key").resolve()
-        value = SerdeSpec.from_settings(config, "value").resolve()
+        key = pin_schema(SerdeSpec.from_settings(config, "key"))
+        value = pin_schema(SerdeSpec.from_settings(config, "value"))
         return cls(config, key, value, app_id)
 
     def row_type(self) -> pa.StructType:
         """The fields of a table row: the value's fields (json/avro), or one field `value` (string/bytes)."""
-        arrow = self.value.build().arrow_type()
+        arrow = build_codec(self.value).arrow_type()
         if pa.types.is_struct(arrow):
             return arrow
         return pa.struct([pa.field("value", pa.string() if self.value.format == "string" else pa.binary())])
 
     def key_fields(self) -> tuple[str, ...]:
         """The key's field names for json/avro keys (empty for string/bytes keys)."""
-        arrow = self.key.build().arrow_type()
+        arrow = build_codec(self.key).arrow_type()
         return tuple(f.name for f in arrow) if pa.types.is_struct(arrow) else ()
 
     def fingerprint(self) -> str:
@@ -157,8 +157,8 @@ class TableStore:
         self.spec = spec
         self.config = spec.config
         self.path, self.db = _open_slot(spec.folder())
-        self._key_codec = spec.key.build()
-        self._value_codec = spec.value.build()
+        self._key_codec = build_codec(spec.key)
+        self._value_codec = build_codec(spec.value)
         self._key_fields = spec.key_fields()
         self._row_is_struct = pa.types.is_struct(self._value_codec.arrow_type())
         if self.db.get(_FINGERPRINT) != spec.fingerprint().encode():

@@ -31,7 +31,8 @@ from ethereal_kafka.runtime.spark_home import installed_spark_home, launch_home
 log = logging.getLogger(__name__)
 
 OPTIONS_KEY = "spark.driver.extraJavaOptions"
-#: Archives kept in the cache (each virtualenv has its own Spark classpath, hence its own archive of ~180 MB).
+#: Archives kept in the cache (each virtualenv has its own Spark classpath, hence its own archive of ~180 MB): the
+#: most recently used ones; a session that maps an archive marks it used (its modification time).
 KEEP_ARCHIVES = 3
 #: Set to `0` to start sessions without the archive (to compare, or to rule it out).
 ENV_SWITCH = "ETHEREAL_KAFKA_SPARK_CDS"
@@ -90,6 +91,7 @@ def with_archive(conf: Mapping[str, str]) -> dict[str, str]:
     path = archive_path()
     if path is None or not path.is_file():
         return out
+    _mark_used(path)
     out[OPTIONS_KEY] = f"{existing} -XX:SharedArchiveFile={path}".strip()
     return out
 
@@ -133,8 +135,19 @@ def build_archive(timeout_s: float = 600.0) -> Path:
     return target
 
 
+def _mark_used(archive: Path) -> None:
+    """Set the archive's modification time to now, so pruning (which keeps the most recently used) spares it: a
+    developer's checkout keeps its archive while other virtualenvs (clean clones, worktrees) build theirs. A
+    read-only cache is not an error: the archive is still used."""
+    try:
+        os.utime(archive)
+    except OSError as exc:
+        log.debug("could not mark %s used: %s", archive, exc)
+
+
 def _prune(folder: Path, keep: Path) -> None:
-    """Remove all but the `KEEP_ARCHIVES` newest archives (always keeping `keep`) and stale partial files."""
+    """Remove all but the `KEEP_ARCHIVES` most recently used archives (always keeping `keep`) and stale partial
+    files."""
     archives = sorted(folder.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in [a for a in archives if a != keep][KEEP_ARCHIVES - 1 :]:
         old.unlink(missing_ok=True)

@@ -7,7 +7,7 @@ With a registry (`registry_url`), each record is `0x00`, a 4-byte big-endian sch
 Decoding fetches the writer schema by id (once per id per codec) and resolves it to the reader schema, so records
 written with older or newer compatible schemas all decode to the reader's fields (new fields get their defaults,
 removed ones are dropped). The reader schema is the .avsc when one is configured; otherwise the latest schema of
-`subject` when the spec was resolved on the driver (`SerdeSpec.resolve`), so every executor reads with the same
+`subject` when the spec was resolved on the driver (`serde.codecs.pin_schema`), so every executor reads with the same
 schema for the life of the job. Encoding registers the reader schema under `subject` (default `{topic}-{field}`)
 once per subject and codec and writes with it.
 
@@ -26,9 +26,10 @@ import fastavro
 import pyarrow as pa
 
 from ethereal_kafka.errors import ConfigError
-from ethereal_kafka.serde.base import Codec, DecodeResult, SerdeSpec, decode_rows
+from ethereal_kafka.serde.base import Codec, DecodeResult, decode_rows
 from ethereal_kafka.serde.errors import SerdeError
 from ethereal_kafka.serde.registry import RegistryClient, UnknownSchemaError, registry_client
+from ethereal_kafka.serde.spec import SerdeSpec
 from ethereal_kafka.serde.types import (
     AvroTypeError,
     avro_to_arrow,
@@ -60,7 +61,7 @@ class AvroCodec(Codec):
     def __init__(self, spec: SerdeSpec) -> None:
         """Parse the reader (and schemaless writer) schema once; bind the registry client if there is one.
 
-        Expects a resolved spec (`schema_text` set, see `SerdeSpec.resolve`); `SerdeSpec.build` resolves it.
+        Expects a resolved spec (`schema_text` set, see `serde.codecs.pin_schema`); `build_codec` pins it.
 
         Raises:
             ConfigError: no schema, or a schema that does not parse or has no Arrow mapping.
@@ -68,7 +69,7 @@ class AvroCodec(Codec):
         super().__init__(spec)
         if spec.schema_text is None:
             raise ConfigError(
-                f"{spec.field}.format=avro: the spec has no reader schema; call SerdeSpec.resolve()"
+                f"{spec.field}.format=avro: the spec has no reader schema; call serde.codecs.pin_schema first"
             )
         origin = spec.schema_file or f"{spec.field} reader schema"
         self._reader_json, self._reader = parse_avro(spec.schema_text, origin)

@@ -45,7 +45,7 @@ _TOKEN = re.compile(
 class DdlError(ValueError):
     """A Spark DDL string could not be parsed; the message names the position and what was expected.
 
-    A `ValueError`, because it is a bad argument; `SerdeSpec.build` turns it into a `ConfigError`.
+    A `ValueError`, because it is a bad argument; `serde.codecs.build_codec` turns it into a `ConfigError`.
     """
 
 

@@ -34,10 +34,11 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from ethereal_kafka.errors import ConfigError
-from ethereal_kafka.serde.base import Codec, DecodeResult, SerdeSpec
+from ethereal_kafka.serde.base import Codec, DecodeResult
 from ethereal_kafka.serde.ddl import DdlError, parse_ddl
 from ethereal_kafka.serde.json_decode import RowDecoder
 from ethereal_kafka.serde.json_encode import StructEncoder, struct_encoder
+from ethereal_kafka.serde.spec import SerdeSpec
 
 #: Chunks of at most this many records are parsed one by one when their bulk read fails.
 _BISECT_MIN = 32

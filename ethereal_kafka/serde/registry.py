@@ -20,7 +20,7 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attemp
 from ethereal_kafka.serde.errors import RegistryError
 
 if TYPE_CHECKING:
-    from ethereal_kafka.serde.base import SerdeSpec
+    from ethereal_kafka.serde.spec import SerdeSpec
 
 T = TypeVar("T")
 

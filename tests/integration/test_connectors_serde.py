@@ -10,6 +10,7 @@ import pytest
 
 from ethereal_kafka.config import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.sink import KafkaSink
+from ethereal_kafka.serde import build_codec, pin_schema
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.kafka_io import produce, read_committed
 from ethereal_kafka.testing.plugin import TopicFactory
@@ -94,7 +95,7 @@ def test_avro_round_trip_with_local_schema(
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory()
     avsc = str(REPO / "serde" / "order.avsc")
-    codec = SerdeSpec(field="value", format="avro", schema_file=avsc).build()
+    codec = build_codec(SerdeSpec(field="value", format="avro", schema_file=avsc))
     import pyarrow as pa
 
     orders = _orders(150)
@@ -271,22 +272,24 @@ def test_avro_with_schema_registry_round_trip_and_evolution(
     bs = kafka_cluster.bootstrap
     url = schema_registry.url  # type: ignore[attr-defined]
     src, dst = topic_factory(), topic_factory()
-    v1 = (
-        SerdeSpec(
-            field="value",
-            format="avro",
-            registry_url=url,
-            subject=f"{src}-value",
-            schema_file=str(REPO / "serde" / "order.avsc"),
+    v1 = build_codec(
+        pin_schema(
+            SerdeSpec(
+                field="value",
+                format="avro",
+                registry_url=url,
+                subject=f"{src}-value",
+                schema_file=str(REPO / "serde" / "order.avsc"),
+            )
         )
-        .resolve()
-        .build()
     )
     v2_file = str(REPO / "serde" / "order_v2.avsc")
-    v2 = (
-        SerdeSpec(field="value", format="avro", registry_url=url, subject=f"{src}-value", schema_file=v2_file)
-        .resolve()
-        .build()
+    v2 = build_codec(
+        pin_schema(
+            SerdeSpec(
+                field="value", format="avro", registry_url=url, subject=f"{src}-value", schema_file=v2_file
+            )
+        )
     )
     old = _orders(30)
     new = [{**o, "order_id": 100 + i, "currency": "USD"} for i, o in enumerate(_orders(30))]
@@ -316,10 +319,12 @@ def test_avro_with_schema_registry_round_trip_and_evolution(
         tmp_path / "ckpt",
     )
     got = read_committed(bs, dst)
-    reader = (
-        SerdeSpec(field="value", format="avro", registry_url=url, subject=f"{dst}-value", schema_file=v2_file)
-        .resolve()
-        .build()
+    reader = build_codec(
+        pin_schema(
+            SerdeSpec(
+                field="value", format="avro", registry_url=url, subject=f"{dst}-value", schema_file=v2_file
+            )
+        )
     )
     back = reader.decode(
         pa.array([r.value for r in got], pa.binary()), [dst] * len(got), [0] * len(got), list(range(len(got)))

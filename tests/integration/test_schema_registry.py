@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ethereal_kafka.serde import RegistryError, SerdeSpec
+from ethereal_kafka.serde import RegistryError, SerdeSpec, build_codec, pin_schema
 from ethereal_kafka.serde.avro_codec import is_unknown_schema
 from ethereal_kafka.serde.registry import registry_client
 from ethereal_kafka.testing.registry import LocalSchemaRegistry, schema_registry  # noqa: F401
@@ -25,7 +25,7 @@ V2_ROWS = [{"order_id": 100 + i, "customer": f"n{i}", "amount": 1.0 + i, "curren
 
 def _decode(spec: SerdeSpec, raw: list[bytes | None], topic: str):  # type: ignore[no-untyped-def]
     n = len(raw)
-    return spec.build().decode(pa.array(raw, pa.binary()), [topic] * n, [0] * n, list(range(n)))
+    return build_codec(spec).decode(pa.array(raw, pa.binary()), [topic] * n, [0] * n, list(range(n)))
 
 
 def test_evolve_a_subject_and_read_with_either_schema(schema_registry: LocalSchemaRegistry) -> None:  # noqa: F811
@@ -34,12 +34,14 @@ def test_evolve_a_subject_and_read_with_either_schema(schema_registry: LocalSche
     v1 = SerdeSpec("value", "avro", schema_file=ORDER_V1, registry_url=schema_registry.url)
     v2 = SerdeSpec("value", "avro", schema_file=ORDER_V2, registry_url=schema_registry.url)
     client = registry_client(v1)
-    v1_id = client.register(subject, v1.resolve().schema_text or "")
+    v1_id = client.register(subject, pin_schema(v1).schema_text or "")
     client.set_compatibility(subject, "BACKWARD")
 
-    old = v1.build().encode(pa.array(V1_ROWS), topic)
+    old = build_codec(v1).encode(pa.array(V1_ROWS), topic)
     assert all(r is not None and int.from_bytes(r[1:5], "big") == v1_id for r in old)
-    new = v2.build().encode(pa.array(V2_ROWS), topic)  # registers v2: compatible (new field has a default)
+    new = build_codec(v2).encode(
+        pa.array(V2_ROWS), topic
+    )  # registers v2: compatible (new field has a default)
     v2_id, latest_text = client.latest(subject)
     assert v2_id != v1_id and '"currency"' in latest_text
     assert all(r is not None and int.from_bytes(r[1:5], "big") == v2_id for r in new)
@@ -52,27 +54,27 @@ def test_evolve_a_subject_and_read_with_either_schema(schema_registry: LocalSche
     assert with_v1.values.to_pylist() == V1_ROWS + [{k: r[k] for k in V1_ROWS[0]} for r in V2_ROWS]
 
     # No .avsc: the reader schema is the subject's latest (v2), pinned on the driver by resolve().
-    pinned = SerdeSpec("value", "avro", registry_url=schema_registry.url, subject=subject).resolve()
+    pinned = pin_schema(SerdeSpec("value", "avro", registry_url=schema_registry.url, subject=subject))
     assert _decode(pinned, old, topic).values.to_pylist() == with_v2.values.to_pylist()[: len(old)]
 
 
 def test_an_incompatible_schema_is_refused(schema_registry: LocalSchemaRegistry, tmp_path: Path) -> None:  # noqa: F811
     topic = f"strict-{uuid.uuid4().hex[:8]}"
     v1 = SerdeSpec("value", "avro", schema_file=ORDER_V1, registry_url=schema_registry.url)
-    v1.build().encode(pa.array(V1_ROWS[:1]), topic)
+    build_codec(v1).encode(pa.array(V1_ROWS[:1]), topic)
     registry_client(v1).set_compatibility(f"{topic}-value", "BACKWARD")
     broken = tmp_path / "broken.avsc"
     broken.write_text(Path(ORDER_V1).read_text().replace('"type": "double"', '"type": "string"'))
     spec = SerdeSpec("value", "avro", schema_file=str(broken), registry_url=schema_registry.url)
     with pytest.raises(RegistryError, match="refused registering") as info:
-        spec.build().encode(pa.array([{"order_id": 1, "customer": "x", "amount": "1"}]), topic)
+        build_codec(spec).encode(pa.array([{"order_id": 1, "customer": "x", "amount": "1"}]), topic)
     assert info.value.status == 409 and info.value.url == schema_registry.url
 
 
 def test_unknown_schema_id_is_an_error_of_its_row(schema_registry: LocalSchemaRegistry) -> None:  # noqa: F811
     topic = f"unknown-{uuid.uuid4().hex[:8]}"
     spec = SerdeSpec("value", "avro", schema_file=ORDER_V1, registry_url=schema_registry.url)
-    good = spec.build().encode(pa.array(V1_ROWS[:1]), topic)[0]
+    good = build_codec(spec).encode(pa.array(V1_ROWS[:1]), topic)[0]
     assert good is not None
     stray = b"\x00" + (987_654).to_bytes(4, "big") + good[5:]
     result = _decode(spec, [good, stray, None], topic)
@@ -105,6 +107,6 @@ def test_unreachable_registry_fails_clearly_after_bounded_retries() -> None:
         with pytest.raises(
             RegistryError, match=rf"schema registry {url} unreachable .*2 attempt\(s\) failed"
         ) as info:
-            spec.build().encode(pa.array(V1_ROWS[:1]), "t")
+            build_codec(spec).encode(pa.array(V1_ROWS[:1]), "t")
         assert time.monotonic() - started < 10
         assert info.value.url == url and info.value.status is None

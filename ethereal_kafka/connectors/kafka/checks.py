@@ -15,7 +15,7 @@ from typing import Any
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
 from ethereal_kafka.connectors.kafka.clients import new_admin, new_consumer, new_producer
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
-from ethereal_kafka.serde import SerdeSpec
+from ethereal_kafka.serde import SerdeSpec, build_codec
 
 
 def check_connector(config: KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig) -> None:
@@ -34,7 +34,7 @@ def check_connector(config: KafkaSourceConfig | KafkaSinkConfig | KafkaTableConf
         if spec.format == "avro" and spec.schema_text is None:
             offline = False  # the reader schema comes from the registry at start
             continue
-        spec.build().arrow_type()
+        build_codec(spec).arrow_type()
     if isinstance(config, KafkaSourceConfig) and offline:
         SourceLayout.from_config(config)
 

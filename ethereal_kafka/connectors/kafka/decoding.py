@@ -26,7 +26,7 @@ from ethereal_kafka.connectors.kafka.clients import cached_producer, drop_produc
 from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter, dead_letters_of
 from ethereal_kafka.connectors.kafka.range_reader import KAFKA_ARROW_SCHEMA
 from ethereal_kafka.errors import ConfigError, KafkaConnectionError
-from ethereal_kafka.serde import Codec, SerdeError, SerdeSpec
+from ethereal_kafka.serde import Codec, SerdeError, SerdeSpec, build_codec, pin_schema
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,11 @@ class SourceLayout:
         Raises:
             ConfigError: a decoded column would shadow a Kafka column or another decoded column.
         """
-        key = SerdeSpec.from_settings(config, "key").resolve()
-        value = SerdeSpec.from_settings(config, "value").resolve()
+        key = pin_schema(SerdeSpec.from_settings(config, "key"))
+        value = pin_schema(SerdeSpec.from_settings(config, "value"))
         fields = list(KAFKA_ARROW_SCHEMA)
         for spec, prefix in ((key, config.key_fields_prefix), (value, config.value_fields_prefix)):
-            arrow_type = spec.build().arrow_type()
+            arrow_type = build_codec(spec).arrow_type()
             index = fields.index(KAFKA_ARROW_SCHEMA.field(spec.field))
             if spec.format == "string":
                 fields[index] = pa.field(spec.field, pa.string())
@@ -95,8 +95,8 @@ class RecordDecoder:
     def __init__(self, layout: SourceLayout) -> None:
         self.layout = layout
         self.config = layout.config
-        self.key_codec: Codec = layout.key.build()
-        self.value_codec: Codec = layout.value.build()
+        self.key_codec: Codec = build_codec(layout.key)
+        self.value_codec: Codec = build_codec(layout.value)
         self.stats = DecodeStats()
         self._dlq_conf = producer_config(self.config.bootstrap_servers, self.config.passthrough)
         self._dlq_failures: list[str] = []

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.errors import ConfigError
-from ethereal_kafka.serde import Codec, SerdeSpec
+from ethereal_kafka.serde import Codec, SerdeSpec, build_codec
 
 #: Column naming, per row, the index of the sink (in a query's outputs) a multi-sink query writes it to.
 SINK_INDEX_COLUMN = "__sink"
@@ -71,7 +71,7 @@ def codec_for(spec: SerdeSpec) -> Codec:
     """This worker's codec for `spec`, reused across epochs (building one may ask the schema registry)."""
     codec = _CODECS.get(spec)
     if codec is None:
-        codec = _CODECS[spec] = spec.build()
+        codec = _CODECS[spec] = build_codec(spec)
     return codec
 
 

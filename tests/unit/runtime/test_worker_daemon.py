@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 
 import pytest
@@ -30,3 +31,18 @@ def test_the_daemon_freezes_what_it_imported_before_it_forks(monkeypatch: pytest
     finally:
         gc.unfreeze()
     assert frozen_at_start and frozen_at_start[0] > 0
+
+
+def test_a_forked_worker_imports_nothing_new_when_it_builds_its_first_arrow_arrays() -> None:
+    """Whatever a worker imports on its first batch, it imports after the fork: CPU and private memory in every
+    worker. pyarrow imports pandas on its first conversion of a Python list (its pandas-object check)."""
+    probe = (
+        "import sys; from ethereal_kafka.runtime import worker_daemon as d; assert d.preload('pyspark.worker') == []\n"
+        "import pyarrow as pa, pyarrow.compute as pc; before = set(sys.modules)\n"
+        "pc.fill_null(pa.array([1, None], pa.timestamp('us', tz='UTC')), 0); pa.array([b'x'], pa.binary())\n"
+        "print(sorted(m for m in set(sys.modules) - before if not m.startswith('_')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

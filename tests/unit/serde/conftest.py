@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ethereal_kafka.serde import DecodeResult, SerdeSpec
+from ethereal_kafka.serde import DecodeResult, SerdeSpec, build_codec
 
 ROOT = Path(__file__).resolve().parents[3]
 ORDER_V1 = str(ROOT / "serde" / "order.avsc")
@@ -19,7 +19,7 @@ Decode = Callable[..., DecodeResult]
 
 def decode(spec: SerdeSpec, raw: list[bytes | None], topic: str = "t", partition: int = 3) -> DecodeResult:
     """Decode `raw` with offsets 100, 101, ... on `topic[partition]`."""
-    codec = spec.build()
+    codec = build_codec(spec)
     n = len(raw)
     return codec.decode(pa.array(raw, pa.binary()), [topic] * n, [partition] * n, [100 + i for i in range(n)])
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from ethereal_kafka.errors import ConfigError
-from ethereal_kafka.serde import SerdeError, SerdeSpec
+from ethereal_kafka.serde import SerdeError, SerdeSpec, build_codec
 from tests.unit.serde.conftest import ORDER_V1, ORDER_V2, decode
 
 V1_ROWS = [{"order_id": i, "customer": f"c{i}", "amount": i / 4} for i in range(5)]
@@ -16,7 +16,7 @@ V1_ROWS = [{"order_id": i, "customer": f"c{i}", "amount": i / 4} for i in range(
 
 def test_schemaless_round_trip(field: str) -> None:
     spec = SerdeSpec(field, "avro", schema_file=ORDER_V1)
-    codec = spec.build()
+    codec = build_codec(spec)
     assert codec.spark_ddl() == "`order_id` bigint, `customer` string, `amount` double"
     encoded = codec.encode(pa.array([*V1_ROWS, None]), "t")
     assert encoded[-1] is None
@@ -26,7 +26,7 @@ def test_schemaless_round_trip(field: str) -> None:
 
 
 def test_v1_writer_read_with_v2_reader_gets_the_default() -> None:
-    encoded = SerdeSpec("value", "avro", schema_file=ORDER_V1).build().encode(pa.array(V1_ROWS), "t")
+    encoded = build_codec(SerdeSpec("value", "avro", schema_file=ORDER_V1)).encode(pa.array(V1_ROWS), "t")
     reader = SerdeSpec("value", "avro", schema_file=ORDER_V2, writer_schema_file=ORDER_V1)
     result = decode(reader, encoded)
     assert not result.errors
@@ -35,7 +35,7 @@ def test_v1_writer_read_with_v2_reader_gets_the_default() -> None:
 
 def test_v2_writer_read_with_v1_reader_drops_the_new_field() -> None:
     v2_rows = [{**row, "currency": "USD"} for row in V1_ROWS]
-    encoded = SerdeSpec("value", "avro", schema_file=ORDER_V2).build().encode(pa.array(v2_rows), "t")
+    encoded = build_codec(SerdeSpec("value", "avro", schema_file=ORDER_V2)).encode(pa.array(v2_rows), "t")
     reader = SerdeSpec("value", "avro", schema_file=ORDER_V1, writer_schema_file=ORDER_V2)
     result = decode(reader, encoded)
     assert not result.errors
@@ -43,7 +43,7 @@ def test_v2_writer_read_with_v1_reader_drops_the_new_field() -> None:
 
 
 def test_encoding_v1_rows_with_v2_fills_the_default() -> None:
-    codec = SerdeSpec("value", "avro", schema_file=ORDER_V2).build()
+    codec = build_codec(SerdeSpec("value", "avro", schema_file=ORDER_V2))
     result = decode(
         SerdeSpec("value", "avro", schema_file=ORDER_V2), codec.encode(pa.array(V1_ROWS[:1]), "t")
     )
@@ -52,7 +52,7 @@ def test_encoding_v1_rows_with_v2_fills_the_default() -> None:
 
 def test_malformed_payloads_are_errors_of_their_rows() -> None:
     spec = SerdeSpec("value", "avro", schema_file=ORDER_V1)
-    good = spec.build().encode(pa.array(V1_ROWS[:2]), "t")
+    good = build_codec(spec).encode(pa.array(V1_ROWS[:2]), "t")
     raw = [good[0], good[0][:4], None, good[1] + b"\x00", b"", good[1]]
     result = decode(spec, raw, topic="orders", partition=0)
     assert sorted(result.errors) == [1, 3, 4]
@@ -83,7 +83,7 @@ def test_logical_types_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "rich.avsc"
     path.write_text(json.dumps(schema))
     spec = SerdeSpec("value", "avro", schema_file=str(path))
-    codec = spec.build()
+    codec = build_codec(spec)
     row = {
         "ts": dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=dt.UTC),
         "day": dt.date(2024, 5, 6),
@@ -103,7 +103,7 @@ def test_logical_types_round_trip(tmp_path: Path) -> None:
 
 
 def test_encode_errors_name_the_row() -> None:
-    codec = SerdeSpec("key", "avro", schema_file=ORDER_V1).build()
+    codec = build_codec(SerdeSpec("key", "avro", schema_file=ORDER_V1))
     bad = pa.array([V1_ROWS[0], {"order_id": 1, "customer": None, "amount": 1.0}])
     with pytest.raises(SerdeError, match="row 1") as info:
         codec.encode(bad, "t")
@@ -112,10 +112,10 @@ def test_encode_errors_name_the_row() -> None:
 
 def test_bad_avro_configuration() -> None:
     with pytest.raises(ConfigError, match=r"needs value\.schema\.file or schema\.registry\.url"):
-        SerdeSpec("value", "avro").build()
+        build_codec(SerdeSpec("value", "avro"))
     with pytest.raises(ConfigError, match="No such file"):
-        SerdeSpec("value", "avro", schema_file="/nonexistent.avsc").build()
+        build_codec(SerdeSpec("value", "avro", schema_file="/nonexistent.avsc"))
     with pytest.raises(ConfigError, match="not a valid Avro schema"):
-        SerdeSpec("value", "avro", schema_text='{"type": "record"}').build()
+        build_codec(SerdeSpec("value", "avro", schema_text='{"type": "record"}'))
     with pytest.raises(ConfigError, match="non-null branches"):
-        SerdeSpec("value", "avro", schema_text='["int", "string"]').build()
+        build_codec(SerdeSpec("value", "avro", schema_text='["int", "string"]'))

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from ethereal_kafka.errors import ConfigError
-from ethereal_kafka.serde import SerdeError, SerdeSpec
+from ethereal_kafka.serde import SerdeError, SerdeSpec, build_codec
 from ethereal_kafka.serde.json_codec import JsonCodec
 from tests.unit.serde.conftest import decode
 
@@ -29,7 +29,7 @@ def test_round_trip_of_orders(field: str) -> None:
     result = decode(spec, raw)
     assert not result.errors
     assert result.values.to_pylist() == expected
-    encoded = spec.build().encode(result.values, "t")
+    encoded = build_codec(spec).encode(result.values, "t")
     assert [json.loads(e) for e in encoded if e is not None] == expected
     assert encoded[1] == b'{"order_id":1,"customer":"c1","amount":1.25}'
 
@@ -118,7 +118,7 @@ def test_special_types_round_trip_and_their_json_form() -> None:
     assert first["price"] == Decimal("19.90")
     assert first["blob"] == b"\x00\x01\xff"
     assert first["attrs"] == [("k", 1)]
-    encoded = spec.build().encode(result.values, "t")
+    encoded = build_codec(spec).encode(result.values, "t")
     assert encoded[0] == line
     assert json.loads(encoded[1]) == {name: None for name in record} | {"id": 2}
 
@@ -147,7 +147,7 @@ def test_conversion_errors(record: bytes, match: str) -> None:
 
 
 def test_encode_errors_name_the_row() -> None:
-    codec = SerdeSpec("value", "json", spark_ddl="a double").build()
+    codec = build_codec(SerdeSpec("value", "json", spark_ddl="a double"))
     with pytest.raises(SerdeError, match="row 2") as info:
         codec.encode(pa.array([{"a": 1.0}, None, {"a": float("nan")}]), "out")
     error = info.value
@@ -160,7 +160,7 @@ def test_encode_errors_name_the_row() -> None:
 
 
 def test_encode_passes_strings_and_bytes_through_and_ignores_extra_fields() -> None:
-    codec = SerdeSpec("value", "json", spark_ddl="a int").build()
+    codec = build_codec(SerdeSpec("value", "json", spark_ddl="a int"))
     assert codec.encode(pa.array(['{"a":1}', None]), "t") == [b'{"a":1}', None]
     assert codec.encode(pa.array([b"{}"]), "t") == [b"{}"]
     assert codec.encode(pa.array([{"z": 1, "a": 2}]), "t") == [b'{"a":2}']
@@ -168,9 +168,9 @@ def test_encode_passes_strings_and_bytes_through_and_ignores_extra_fields() -> N
 
 def test_json_needs_a_valid_schema() -> None:
     with pytest.raises(ConfigError, match=r"needs value\.schema"):
-        SerdeSpec("value", "json").build()
+        build_codec(SerdeSpec("value", "json"))
     with pytest.raises(ConfigError, match="unsupported Spark type"):
-        SerdeSpec("value", "json", spark_ddl="a nope").build()
+        build_codec(SerdeSpec("value", "json", spark_ddl="a nope"))
 
 
 def test_empty_and_all_null_batches() -> None:
@@ -178,7 +178,7 @@ def test_empty_and_all_null_batches() -> None:
     assert len(decode(spec, []).values) == 0
     result = decode(spec, [None, None])
     assert result.values.to_pylist() == [None, None] and not result.errors
-    assert result.values.type == spec.build().arrow_type()
+    assert result.values.type == build_codec(spec).arrow_type()
 
 
 def test_scattered_bad_rows_in_a_large_batch_match_a_plain_python_reference() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from ethereal_kafka.serde import DecodeResult, SerdeSpec, json_decode
+from ethereal_kafka.serde import DecodeResult, SerdeSpec, build_codec, json_decode
 from tests.unit.serde.conftest import decode
 
 # `day date` keeps every record off Arrow's bulk reader, so each one goes through RowDecoder.
@@ -126,7 +126,7 @@ def test_a_batch_decodes_as_its_records_one_at_a_time(seed: int) -> None:
     # cannot go to Arrow in one call (a bad value, a range) costs no other record its value.
     r = random.Random(seed)
     records = [*EDGE_RECORDS, *(random_record(r) for _ in range(300))]
-    decoder = json_decode.RowDecoder(SerdeSpec("value", "json", spark_ddl=DDL).build().arrow_type())
+    decoder = json_decode.RowDecoder(build_codec(SerdeSpec("value", "json", spark_ddl=DDL)).arrow_type())
     batch, errors = decoder.decode_many(records)
     alone = [decoder.decode_many([record]) for record in records]
     assert batch.to_pylist() == [values.to_pylist()[0] for values, _ in alone]
@@ -134,6 +134,6 @@ def test_a_batch_decodes_as_its_records_one_at_a_time(seed: int) -> None:
 
 
 def test_the_first_failing_field_names_the_error() -> None:
-    decoder = json_decode.RowDecoder(SerdeSpec("value", "json", spark_ddl=DDL).build().arrow_type())
+    decoder = json_decode.RowDecoder(build_codec(SerdeSpec("value", "json", spark_ddl=DDL)).arrow_type())
     _, errors = decoder.decode_many([b'{"id": 1}', b'{"small": 999, "id": "x", "name": 3}'])
     assert list(errors) == [1] and str(errors[1]).startswith("id: expected int64")

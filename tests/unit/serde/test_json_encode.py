@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from ethereal_kafka.serde import SerdeError, SerdeSpec
+from ethereal_kafka.serde import SerdeError, SerdeSpec, build_codec
 from ethereal_kafka.serde.json_codec import JsonCodec
 
 Gen = Callable[[random.Random], Any]
@@ -122,7 +122,7 @@ def codec_for(values: pa.Array, declared: list[str]) -> JsonCodec:
     """A codec declaring `declared`; encoding takes the fields' types from the column, so the DDL only names them."""
     del values
     ddl = ", ".join(f"`{name}` string" for name in declared)
-    codec = SerdeSpec("value", "json", spark_ddl=ddl).build()
+    codec = build_codec(SerdeSpec("value", "json", spark_ddl=ddl))
     assert isinstance(codec, JsonCodec)
     return codec
 

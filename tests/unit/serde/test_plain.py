@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pytest
 
-from ethereal_kafka.serde import SerdeError, SerdeSpec
+from ethereal_kafka.serde import SerdeError, SerdeSpec, build_codec
 from tests.unit.serde.conftest import decode
 
 
@@ -10,16 +10,16 @@ def test_bytes_round_trip(field: str) -> None:
     spec = SerdeSpec(field, "bytes")
     result = decode(spec, raw)
     assert result.values.type == pa.binary() and result.values.to_pylist() == raw and not result.errors
-    assert spec.build().encode(result.values, "t") == raw
-    assert spec.build().spark_ddl() == "binary"
+    assert build_codec(spec).encode(result.values, "t") == raw
+    assert build_codec(spec).spark_ddl() == "binary"
 
 
 def test_string_round_trip(field: str) -> None:
     spec = SerdeSpec(field, "string")
     result = decode(spec, ["héllo".encode(), None, b""])
     assert result.values.to_pylist() == ["héllo", None, ""] and not result.errors
-    assert spec.build().encode(result.values, "t") == ["héllo".encode(), None, b""]
-    assert spec.build().spark_ddl() == "string"
+    assert build_codec(spec).encode(result.values, "t") == ["héllo".encode(), None, b""]
+    assert build_codec(spec).spark_ddl() == "string"
 
 
 def test_invalid_utf8_is_an_error_of_its_row_only(field: str) -> None:
@@ -39,4 +39,4 @@ def test_invalid_utf8_is_an_error_of_its_row_only(field: str) -> None:
 
 def test_encode_rejects_other_column_types() -> None:
     with pytest.raises(SerdeError, match="row 0"):
-        SerdeSpec("value", "string").build().encode(pa.array([1, 2]), "t")
+        build_codec(SerdeSpec("value", "string")).encode(pa.array([1, 2]), "t")

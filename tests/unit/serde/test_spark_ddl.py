@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pytest
 
-from ethereal_kafka.serde import SerdeSpec, parse_ddl
+from ethereal_kafka.serde import SerdeSpec, build_codec, parse_ddl
 from tests.unit.serde.conftest import ORDER_V2
 
 if TYPE_CHECKING:
@@ -25,8 +25,8 @@ def test_spark_parses_the_ddl_of_every_codec(spark: SparkSession) -> None:
     from pyspark.sql.types import StructType
 
     codecs = [
-        SerdeSpec("value", "json", spark_ddl=DDL).build(),
-        SerdeSpec("value", "avro", schema_file=ORDER_V2).build(),
+        build_codec(SerdeSpec("value", "json", spark_ddl=DDL)),
+        build_codec(SerdeSpec("value", "avro", schema_file=ORDER_V2)),
     ]
     for codec in codecs:
         ddl = codec.spark_ddl()
@@ -41,5 +41,5 @@ def test_spark_parses_the_ddl_of_every_codec(spark: SparkSession) -> None:
         frame = spark.createDataFrame([], ddl)
         assert frame.schema == parsed
     for simple in ("binary", "string"):
-        assert SerdeSpec("key", simple if simple == "string" else "bytes").build().spark_ddl() == simple
+        assert build_codec(SerdeSpec("key", simple if simple == "string" else "bytes")).spark_ddl() == simple
     assert pa.types.is_struct(codecs[0].arrow_type())

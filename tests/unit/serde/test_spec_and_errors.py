@@ -4,7 +4,7 @@ import pytest
 
 from ethereal_kafka.config import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.errors import ConfigError, EtherealKafkaError
-from ethereal_kafka.serde import RegistryError, SerdeError, SerdeSpec
+from ethereal_kafka.serde import RegistryError, SerdeError, SerdeSpec, build_codec
 from tests.unit.serde.conftest import ORDER_V1
 
 BASE = {"bootstrap.servers": "127.0.0.1:9092"}
@@ -35,7 +35,7 @@ def test_from_settings_json_and_sink_topic() -> None:
     )
     spec = SerdeSpec.from_settings(cfg, "value")
     assert (spec.format, spec.spark_ddl, spec.subject) == ("json", "a int", None)
-    assert spec.build().spark_ddl() == "`a` int"
+    assert build_codec(spec).spark_ddl() == "`a` int"
 
 
 @pytest.mark.parametrize(

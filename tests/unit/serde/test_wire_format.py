@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from ethereal_kafka.errors import ConfigError
-from ethereal_kafka.serde import RegistryError, SerdeSpec
+from ethereal_kafka.serde import RegistryError, SerdeSpec, build_codec, pin_schema
 from ethereal_kafka.serde.avro_codec import is_unknown_schema
 from ethereal_kafka.serde.registry import RegistryClient, registry_client
 from tests.unit.serde.conftest import ORDER_V1, ORDER_V2, decode
@@ -25,7 +25,7 @@ def url() -> str:
 
 def test_wire_round_trip(url: str, field: str) -> None:
     spec = SerdeSpec(field, "avro", schema_file=ORDER_V1, registry_url=url)
-    encoded = spec.build().encode(pa.array([*V1_ROWS, None]), "orders")
+    encoded = build_codec(spec).encode(pa.array([*V1_ROWS, None]), "orders")
     schema_id = registry_client(spec).latest(f"orders-{field}")[0]
     assert all(
         e is not None and e[0] == 0 and int.from_bytes(e[1:5], "big") == schema_id for e in encoded[:3]
@@ -38,8 +38,8 @@ def test_wire_round_trip(url: str, field: str) -> None:
 def test_evolution_through_the_registry(url: str) -> None:
     v1 = SerdeSpec("value", "avro", schema_file=ORDER_V1, registry_url=url)
     v2 = SerdeSpec("value", "avro", schema_file=ORDER_V2, registry_url=url)
-    old = v1.build().encode(pa.array(V1_ROWS), "orders")
-    new = v2.build().encode(pa.array(V2_ROWS), "orders")
+    old = build_codec(v1).encode(pa.array(V1_ROWS), "orders")
+    new = build_codec(v2).encode(pa.array(V2_ROWS), "orders")
     assert old[0][1:5] != new[0][1:5]  # type: ignore[index]
     with_v2 = decode(v2, old + new)
     assert not with_v2.errors
@@ -48,14 +48,14 @@ def test_evolution_through_the_registry(url: str) -> None:
     assert not with_v1.errors
     assert with_v1.values.to_pylist() == V1_ROWS + [{k: r[k] for k in V1_ROWS[0]} for r in V2_ROWS]
     # Without a schema file the reader is the subject's latest schema, pinned by resolve().
-    latest = SerdeSpec("value", "avro", registry_url=url, subject="orders-value").resolve()
+    latest = pin_schema(SerdeSpec("value", "avro", registry_url=url, subject="orders-value"))
     assert '"currency"' in (latest.schema_text or "")
     assert decode(latest, old).values.to_pylist() == with_v2.values.to_pylist()[:3]
 
 
 def test_writer_schemas_are_fetched_once_per_id(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = SerdeSpec("value", "avro", schema_file=ORDER_V1, registry_url=url)
-    codec = spec.build()
+    codec = build_codec(spec)
     encoded = codec.encode(pa.array(V1_ROWS), "orders")
     calls: list[int] = []
     original = RegistryClient.schema_by_id
@@ -72,7 +72,7 @@ def test_writer_schemas_are_fetched_once_per_id(url: str, monkeypatch: pytest.Mo
 
 def test_bad_records_are_errors_of_their_rows(url: str) -> None:
     spec = SerdeSpec("value", "avro", schema_file=ORDER_V1, registry_url=url)
-    good = spec.build().encode(pa.array(V1_ROWS[:1]), "orders")[0]
+    good = build_codec(spec).encode(pa.array(V1_ROWS[:1]), "orders")[0]
     assert good is not None
     raw = [
         good,
@@ -95,12 +95,12 @@ def test_bad_records_are_errors_of_their_rows(url: str) -> None:
 
 def test_subject_defaults_and_registry_reader_needs_a_subject(url: str) -> None:
     spec = SerdeSpec("key", "avro", schema_file=ORDER_V1, registry_url=url, subject="custom")
-    spec.build().encode(pa.array(V1_ROWS[:1]), "orders")
+    build_codec(spec).encode(pa.array(V1_ROWS[:1]), "orders")
     assert registry_client(spec).latest("custom")[0] > 0
     with pytest.raises(ConfigError, match="name exactly one topic"):
-        SerdeSpec("key", "avro", registry_url=url).build()
+        build_codec(SerdeSpec("key", "avro", registry_url=url))
     with pytest.raises(RegistryError, match="refused fetching the latest schema of subject 'nope'"):
-        SerdeSpec("key", "avro", registry_url=url, subject="nope").build()
+        build_codec(SerdeSpec("key", "avro", registry_url=url, subject="nope"))
 
 
 def test_unreachable_registry_fails_after_bounded_retries(tmp_path: Path) -> None:
@@ -108,7 +108,7 @@ def test_unreachable_registry_fails_after_bounded_retries(tmp_path: Path) -> Non
     spec = SerdeSpec(
         "value", "avro", schema_file=ORDER_V1, registry_url=dead, registry_attempts=3, registry_backoff_s=0.01
     )
-    codec = spec.build()  # the reader schema is local: building needs no registry
+    codec = build_codec(spec)  # the reader schema is local: building needs no registry
     started = time.monotonic()
     with pytest.raises(
         RegistryError, match=r"schema registry http://127.0.0.1:9 unreachable .* 3 attempt"
