@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from ethereal_kafka.broker import BrokerSettings, LocalBroker
 
@@ -102,7 +102,33 @@ class MemorySampler:
         self._thread.join()
 
 
-class TreeCpu:
+class Periodic:
+    """Calls `sample()` every `interval_s` on a thread while used as a context manager (subclasses define it)."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        """Take one sample (overridden)."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class TreeCpu(Periodic):
     """CPU-seconds (user + system) and peak RSS of a process and all its descendants, sampled with psutil every
     `interval_s` on a thread.
 
@@ -113,8 +139,8 @@ class TreeCpu:
     """
 
     def __init__(self, root: int, interval_s: float = 0.25) -> None:
+        super().__init__(interval_s)
         self.root = root
-        self.interval_s = interval_s
         self.seen: dict[tuple[int, float], float] = {}
         #: Each process's kind (`by_kind`): `root`, `java`, `python` (the other Python processes: PySpark's daemon
         #: and workers) or `other`.
@@ -126,13 +152,6 @@ class TreeCpu:
         #: that catches the last moments of children that exited between two samples.
         self.waited = 0.0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval_s)
 
     def sample(self) -> None:
         """Read the CPU time and RSS of every process in the tree now."""
@@ -228,14 +247,6 @@ class TreeCpu:
                 totals[kind] = totals.get(kind, 0.0) + seconds
         return {kind: round(seconds, 1) for kind, seconds in sorted(totals.items())}
 
-    def __enter__(self) -> TreeCpu:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
 
 def drained(app_id: str) -> tuple[list[Any], int, float]:
     """The committed epochs of an app's run (from its checkpoint history, in epoch order), the records they read and
@@ -282,3 +293,107 @@ def write_result(name: str, result: dict[str, object]) -> Path:
     }
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+#: The kinds of process in an ethereal-kafka run's tree, as `process_role` names them.
+ROLES = ("driver", "jvm", "worker daemon", "python workers", "source runner", "planners", "other")
+
+
+def process_role(process: Any, root: int) -> str:
+    """What a process of an ethereal-kafka run's tree is (one of `ROLES`), from its pid, parent and command line:
+    the root is the driver (`ethereal-kafka run`); Spark's JVM; the Python worker daemon the JVM starts (its
+    command line names `pyspark.worker`) and the workers it forks (same command line, the daemon as parent);
+    the Python data source's streaming source runner; the planners (`pyspark.sql.worker.*`: data source creation
+    and read planning, each with a daemon of its own); anything else."""
+    import psutil
+
+    if process.pid == root:
+        return "driver"
+    try:
+        name = process.name()
+        cmdline = " ".join(process.cmdline())
+        parent = process.parent()
+        parent_name = parent.name() if parent is not None else ""
+    except psutil.Error:
+        return "other"
+    if name.startswith("java"):
+        return "jvm"
+    if "python_streaming_source_runner" in cmdline:
+        return "source runner"
+    if "pyspark.sql.worker." in cmdline:
+        return "planners"
+    if "pyspark.worker" in cmdline or "pyspark.daemon" in cmdline:
+        return "worker daemon" if parent_name.startswith("java") else "python workers"
+    return "other"
+
+
+class RoleSampler(Periodic):
+    """Samples the memory of a process tree every `interval_s` on a thread, summed by `process_role`: `samples` is
+    a list of (wall-clock ms, {role: RSS bytes}), the roles absent from a sample holding no process then;
+    `pss_samples` the same with each process's PSS (proportional set size: a page shared by n processes counts 1/n
+    to each, so forked workers' pages shared with their daemon count once over the tree); `most` the most processes
+    of each role seen in one sample."""
+
+    def __init__(self, root: int, interval_s: float = 1.0) -> None:
+        super().__init__(interval_s)
+        self.root = root
+        self.samples: list[tuple[float, dict[str, int]]] = []
+        self.pss_samples: list[tuple[float, dict[str, int]]] = []
+        self.most: dict[str, int] = {}
+        self._roles: dict[tuple[int, float], str] = {}
+
+    def sample(self) -> None:
+        """Read the RSS and PSS of every process in the tree now (a process's role is decided once it is known)."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.root)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        by_role: dict[str, int] = {}
+        pss_by_role: dict[str, int] = {}
+        count: dict[str, int] = {}
+        for process in tree:
+            try:
+                key = (process.pid, process.create_time())
+                memory = process.memory_full_info()
+            except psutil.Error:
+                continue
+            role = self._roles.get(key) or process_role(process, self.root)
+            # "other" is looked at again: Spark's launcher script becomes the JVM by exec (same pid, same start)
+            if role != "other":
+                self._roles[key] = role
+            by_role[role] = by_role.get(role, 0) + memory.rss
+            pss_by_role[role] = pss_by_role.get(role, 0) + memory.pss
+            count[role] = count.get(role, 0) + 1
+        for role, n in count.items():
+            self.most[role] = max(self.most.get(role, 0), n)
+        if by_role:
+            now = time.time() * 1000
+            self.samples.append((now, by_role))
+            self.pss_samples.append((now, pss_by_role))
+
+
+def uptime() -> str:
+    """`uptime`'s line (the load before a run goes into its result), printed as well."""
+    line = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    print(f"uptime: {line}", flush=True)
+    return line
+
+
+def conclude(name: str, result: dict[str, object], text: str, wrong: list[str], folder: Path) -> None:
+    """End a bench: write `result` (with `command` and `markdown` = `text`) to bench/results/<name>.json, print
+    `text`, then exit non-zero naming `wrong` (the runs that failed or were inexact; their logs stay in `folder`),
+    or remove `folder`."""
+    import shutil
+    import sys
+
+    path = write_result(
+        name, {"command": " ".join([Path(sys.executable).name, *sys.argv]), **result, "markdown": text}
+    )
+    print(text)
+    print(f"written to {path}")
+    if wrong:
+        raise SystemExit(f"failed or inexact: {', '.join(wrong)} (logs under {folder})")
+    shutil.rmtree(folder, ignore_errors=True)

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -47,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers_quix
 import peers_spark
-from common import TreeCpu, bench_broker, write_result
+from common import TreeCpu, bench_broker, conclude, uptime
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from peers_workload import PRICE_FACTOR, WORKLOADS
 
@@ -223,8 +222,11 @@ class OutputWatcher:
     the topic (or gives up after `drain_s` without progress) and stops the thread.
     """
 
-    def __init__(self, bootstrap: str, topic: str, expected: int, drain_s: float = 60) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, expected: int, drain_s: float = 60, fetch_wait_ms: int = 50
+    ) -> None:
         self.bootstrap = bootstrap
+        self.fetch_wait_ms = fetch_wait_ms
         self.topic = topic
         self.expected = expected
         #: The sampler of the system's process tree, attached once the system started.
@@ -269,7 +271,7 @@ class OutputWatcher:
                 "group.id": f"peers-watch-{time.time_ns()}",
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
-                "fetch.wait.max.ms": 50,
+                "fetch.wait.max.ms": self.fetch_wait_ms,
             }
         )
         partitions = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)]
@@ -478,8 +480,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
 
-    uptime = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
-    print(f"uptime: {uptime}")
+    up = uptime()
     folder = Path(tempfile.mkdtemp(prefix="ek-peers-"))
     stamp = str(int(time.time()))
     rows: list[dict[str, Any]] = []
@@ -495,12 +496,10 @@ def main() -> None:
             result["load_average_1m_after"] = round(os.getloadavg()[0], 2)
             rows.append(result)
             print(json.dumps(result))
-    text = markdown(rows, args.workload)
-    path = write_result(
+    conclude(
         "peers",
         {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "uptime_before": uptime,
+            "uptime_before": up,
             "records": args.records,
             "partitions": PARTITIONS,
             "workload": args.workload,
@@ -508,15 +507,11 @@ def main() -> None:
             "feed_s": round(feed_s, 1),
             "ek_settings": args.ek_setting,
             "systems": rows,
-            "markdown": text,
         },
+        markdown(rows, args.workload),
+        [r["system"] for r in rows if not r["exact"] or r["exit_code"] != 0],
+        folder,
     )
-    print(text)
-    print(f"written to {path}")
-    wrong = [r["system"] for r in rows if not r["exact"] or r["exit_code"] != 0]
-    if wrong:
-        raise SystemExit(f"failed or inexact: {', '.join(wrong)} (logs under {folder})")
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,16 @@ same partition of the output topic with the same key.
   (`send_offsets_to_transaction`) and the transaction commits.
 - `at-least-once`: an idempotent producer; at the same points it flushes, then commits the input offset.
 
+With `--follow` (bench/latency.py) a worker does not stop at the end offset it saw at start: it keeps reading what
+arrives until SIGTERM (the launcher passes it on to its workers), then commits what it holds and exits 0.
+
 Only confluent-kafka and the JSON library are imported, as a hand-written service would.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import time
@@ -74,18 +78,27 @@ class Worker:
         else:
             settings["enable.idempotence"] = True
         self.producer = Producer(settings)
+        self.stopping = False
+        if args.follow:
+            signal.signal(signal.SIGTERM, self._stop)
+
+    def _stop(self, *_: object) -> None:
+        self.stopping = True
 
     def run(self) -> None:
-        """Consume, transform, produce and commit until the partition's end offset at start."""
+        """Consume, transform, produce and commit until the partition's end offset at start (with `--follow`:
+        until SIGTERM)."""
         source = TopicPartition(self.args.input, self.partition)
         end = self.consumer.get_watermark_offsets(source, timeout=30)[1]
+        if self.args.follow:
+            end = 2**62  # no end: `self.stopping` ends the loop
         self.consumer.assign([source])
         if self.transactional:
             self.producer.init_transactions(30)
             self.producer.begin_transaction()
         position = self.consumer.committed([source], timeout=30)[0].offset
         pending, opened, closed = 0, time.monotonic(), False
-        while position < end:
+        while position < end and not self.stopping:
             messages = self.consumer.consume(5000, timeout=0.05)
             for message in messages:
                 if message.error():
@@ -98,8 +111,8 @@ class Worker:
             due = (
                 pending >= self.args.commit_records or time.monotonic() - opened >= self.args.commit_ms / 1000
             )
-            if pending and (due or position >= end):
-                closed = position >= end
+            if pending and (due or position >= end or self.stopping):
+                closed = position >= end or self.stopping
                 self.commit(position, last=closed)
                 pending, opened = 0, time.monotonic()
         if self.transactional and not closed:
@@ -134,6 +147,12 @@ def launch(args: argparse.Namespace) -> int:
         subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--partition", str(p)])
         for p in range(args.partitions)
     ]
+
+    def stop(*_: object) -> None:
+        for worker in workers:
+            worker.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
     codes = [worker.wait() for worker in workers]
     return next((code for code in codes if code), 0)
 
@@ -149,6 +168,11 @@ def main() -> None:
     parser.add_argument("--guarantee", choices=GUARANTEES, default="exactly-once")
     parser.add_argument("--commit-records", type=int, default=10_000)
     parser.add_argument("--commit-ms", type=int, default=100)
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep reading new input until SIGTERM (else: stop at the end offset)",
+    )
     args = parser.parse_args()
     if args.partition is None:
         sys.exit(launch(args))
