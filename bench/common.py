@@ -74,34 +74,6 @@ def _tree_rss(root: int) -> dict[str, int]:
     return total
 
 
-class MemorySampler:
-    """Samples the RSS of this process tree every `interval_s` on a thread; keeps the peak of the sum."""
-
-    def __init__(self, interval_s: float = 0.5) -> None:
-        self.interval_s = interval_s
-        self.peak_total = 0
-        self.peak_by_kind: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            sample = _tree_rss(os.getpid())
-            total = sum(sample.values())
-            if total > self.peak_total:
-                self.peak_total = total
-                self.peak_by_kind = sample
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 class Periodic:
     """Calls `sample()` every `interval_s` on a thread while used as a context manager (subclasses define it)."""
 
@@ -128,6 +100,23 @@ class Periodic:
         self._thread.join()
 
 
+class MemorySampler(Periodic):
+    """Samples the RSS of this process tree every `interval_s` on a thread; keeps the peak of the sum."""
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        super().__init__(interval_s)
+        self.peak_total = 0
+        self.peak_by_kind: dict[str, int] = {}
+
+    def sample(self) -> None:
+        """Read the tree's RSS now; keep it if its sum is the largest so far."""
+        sample = _tree_rss(os.getpid())
+        total = sum(sample.values())
+        if total > self.peak_total:
+            self.peak_total = total
+            self.peak_by_kind = sample
+
+
 class TreeCpu(Periodic):
     """CPU-seconds (user + system) and peak RSS of a process and all its descendants, sampled with psutil every
     `interval_s` on a thread.
@@ -142,8 +131,7 @@ class TreeCpu(Periodic):
         super().__init__(interval_s)
         self.root = root
         self.seen: dict[tuple[int, float], float] = {}
-        #: Each process's kind (`by_kind`): `root`, `java`, `python` (the other Python processes: PySpark's daemon
-        #: and workers) or `other`.
+        #: Each process's kind (`by_kind`): its `process_role`.
         self.kinds: dict[tuple[int, float], str] = {}
         #: The largest sum of the tree's RSS over the samples, in bytes (pages shared by forked workers count once
         #: per process, as `ps` shows them).
@@ -170,12 +158,10 @@ class TreeCpu(Periodic):
                         times = process.cpu_times()
                         key = (process.pid, process.create_time())
                         rss += process.memory_info().rss
-                        name = process.name()  # each time: a process may exec another program
-                        self.kinds[key] = (
-                            "root"
-                            if process.pid == self.root
-                            else next((k for k in ("java", "python") if name.startswith(k)), "other")
-                        )
+                        if (
+                            self.kinds.get(key, "other") == "other"
+                        ):  # a launcher script may exec the JVM later
+                            self.kinds[key] = process_role(process, self.root)
                 except psutil.Error:
                     continue
                 self.seen[key] = max(self.seen.get(key, 0.0), times.user + times.system)
