@@ -73,6 +73,12 @@ AT_LEAST_ONCE = "at-least-once"
 AT_MOST_ONCE = "at-most-once"
 
 
+#: How long phase two of an epoch may wait on the broker: the marker check and the offset commit it guards. After a
+#: broker restart, stable reads of the group's offsets wait until the transaction a stopped producer left open is
+#: aborted (up to `transaction.timeout.ms` plus the broker's abort scan), which the suite measured at 42-69 s.
+PHASE_TWO_DEADLINE_S = 180.0
+
+
 @dataclass(frozen=True)
 class CoordinatorSettings:
     """How the coordinator runs one job.
@@ -428,6 +434,8 @@ class CheckpointCoordinator:
             f"committed offsets of group {source.group}",
             source.bootstrap_servers,
             lambda: consumer.committed(query, timeout=30),
+            attempts=8,
+            deadline_s=PHASE_TWO_DEADLINE_S,
         )
         markers = (EpochMarker.parse(tp.metadata) for tp in found)
         return any(m is not None and m.covers(self.settings.app_id, checkpoint, epoch) for m in markers)
@@ -538,7 +546,7 @@ class CheckpointCoordinator:
             source.bootstrap_servers,
             commit,
             attempts=8,
-            deadline_s=180.0,
+            deadline_s=PHASE_TWO_DEADLINE_S,
         )
 
     def _renew_phase_two(self, txn_id: str, source: KafkaSourceConfig, cause: KafkaException) -> None:
