@@ -10,7 +10,7 @@ runs per record in Python on the executors. Both are deterministic as long as th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
@@ -26,8 +26,20 @@ from ethereal_kafka.api.windows import (
     WindowAssigner,
 )
 
-if TYPE_CHECKING:
-    from ethereal_kafka.api.environment import StreamExecutionEnvironment
+N = TypeVar("N", bound=g.Node)
+
+
+class GraphOwner(Protocol):
+    """What a stream needs of the environment that owns its graph (`StreamExecutionEnvironment` is one): streams
+    sit below the environment, which creates them."""
+
+    def add(self, cls: type[N], inputs: tuple[g.Node, ...], **attrs: Any) -> N:
+        """Append a node of type `cls` reading `inputs`; returns it."""
+        ...
+
+    def add_sink(self, node: g.Node, sink: str) -> None:
+        """Write `node`'s stream to the job's sink connector `sink`."""
+        ...
 
 
 def _method(function: Any, name: str) -> Callable[..., Any]:
@@ -52,7 +64,7 @@ def _fields(key: str | Iterable[str]) -> tuple[str, ...]:
 class DataStream:
     """A stream of elements (dicts)."""
 
-    def __init__(self, env: StreamExecutionEnvironment, node: g.Node) -> None:
+    def __init__(self, env: GraphOwner, node: g.Node) -> None:
         self.env = env
         self.node = node
 

@@ -27,6 +27,31 @@ if TYPE_CHECKING:
 
 N = TypeVar("N", bound=g.Node)
 
+#: The entry-point group an executor registers in (`pyproject.toml`: the runtime's runner registers as "local").
+EXECUTORS_GROUP = "ethereal_kafka.executors"
+
+
+def find_executor(name: str = "local") -> Callable[..., int]:
+    """The executor registered as `name`: called as `executor(job_path, available_now=..., graph_builder=...)`,
+    it runs the job with the graph the builder puts on the environment it is given, and returns the exit code.
+
+    The API sits below the runtime that runs its graphs, so `execute()` finds the runner the way Flink's
+    environment finds its `PipelineExecutorFactory`: by a registration (a package entry point), not an import.
+
+    Raises:
+        GraphError: no executor is registered under `name` (the package is not installed: `pip install -e .`).
+    """
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=EXECUTORS_GROUP, name=name)
+    if not found:
+        raise GraphError(
+            f"no ethereal-kafka executor named {name!r} is registered (entry point group {EXECUTORS_GROUP}): "
+            "install the package (pip install -e .) to run a graph with execute()"
+        )
+    executor: Callable[..., int] = next(iter(found)).load()
+    return executor
+
 
 class StreamExecutionEnvironment:
     """Collects the job graph of one pipeline.
@@ -126,11 +151,9 @@ class StreamExecutionEnvironment:
             raise GraphError(
                 "execute() needs an environment made by StreamExecutionEnvironment.from_job_file"
             )
-        from ethereal_kafka.runtime.runner import run
-
         graph = self.graph()
         builder: Callable[[StreamExecutionEnvironment], None] = lambda env: env._adopt(graph)  # noqa: E731
-        return run(self.job.path, available_now=available_now, graph_builder=builder)
+        return find_executor()(self.job.path, available_now=available_now, graph_builder=builder)
 
     def _adopt(self, graph: g.JobGraph) -> None:
         """Take over a graph built by another environment of the same job (used by `execute`)."""

@@ -124,3 +124,39 @@ def test_environment_checks_connector_names_against_its_job(tmp_path) -> None:  
         env.from_source("payments")
     with pytest.raises(GraphError, match=r"no sink named 'x' \(sinks: out\)"):
         env.from_source("orders").sink_to("x")
+
+
+def test_execute_hands_the_registered_runner_the_job_and_the_graph(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ethereal_kafka.api import environment
+    from ethereal_kafka.runtime.runner import run
+
+    # The runtime's runner is what the package registers (the API does not import it).
+    assert environment.find_executor() is run
+    with pytest.raises(GraphError, match=r"no ethereal-kafka executor named 'cluster'.*pip install -e \."):
+        environment.find_executor("cluster")
+    (tmp_path / "src.properties").write_text(
+        "connector.class=kafka-source\nname=orders\nbootstrap.servers=127.0.0.1:1\ntopics=t\n"
+    )
+    (tmp_path / "sink.properties").write_text(
+        "connector.class=kafka-sink\nname=out\nbootstrap.servers=127.0.0.1:1\ntopic=o\n"
+    )
+    (tmp_path / "job.properties").write_text(
+        "app.id=a\nsources=src.properties\nsinks=sink.properties\npipeline=m:f\n"
+        f"checkpoint.location={tmp_path}/cp\n"
+    )
+    calls = []
+
+    def runner(job_path, available_now, graph_builder):  # type: ignore[no-untyped-def]
+        calls.append((job_path, available_now, graph_builder))
+        return 7
+
+    monkeypatch.setattr(environment, "find_executor", lambda name="local": runner)
+    env = StreamExecutionEnvironment.from_job_file(tmp_path / "job.properties")
+    env.from_source("orders").filter(lambda e: True).sink_to("out")
+    assert env.execute(available_now=True) == 7
+    [(job_path, available_now, builder)] = calls
+    assert (job_path, available_now) == (env.job.path, True)  # type: ignore[union-attr]
+    # The builder puts the script's graph on the environment the runner creates for the job.
+    fresh = StreamExecutionEnvironment.from_job_file(tmp_path / "job.properties")
+    builder(fresh)
+    assert fresh.graph() == env.graph()
