@@ -48,10 +48,10 @@ RUNAWAY = 1.5
 #: An epoch shorter than this fraction of the aim, with more records waiting, is part of the ramp from a small
 #: budget: the next one is sized without waiting for `SMOOTHING` epochs to agree.
 RAMP = 0.5
-#: During the ramp the next epoch may take at most this multiple of the aim even if every millisecond of the
-#: last one was per-record cost (the worst case: durations grow at most in proportion to the records), so a ramp
-#: step stays under twice the target.
-RAMP_CEILING = 1.5
+#: A growing budget lets the next epoch take at most this multiple of the aim even if every millisecond of the
+#: last one was per-record cost (the worst case: durations grow at most in proportion to the records), so a step
+#: that the cost model got wrong stays under twice the target.
+STEP_CEILING = 1.5
 #: Largest factor by which one ramp step may grow the budget.
 RAMP_GROWTH_LIMIT = 8.0
 
@@ -144,14 +144,17 @@ def next_budget(
     single epochs are noisy: the same estimate over the last `SMOOTHING` epochs (their median) must agree before
     the budget grows, and keeps one slow epoch among fast ones from shrinking it.
 
-    - Ramp: an epoch shorter than `RAMP` x the aim that used its whole budget, when no recent epoch of about its
-      size ran longer: grow at once (no smoothing) to the size the cost model predicts fills the aim, at most
-      `RAMP_CEILING` x aim / duration times the budget (so even an epoch of pure per-record cost stays under
-      `RAMP_CEILING` x the aim) and at most `RAMP_GROWTH_LIMIT` times. Fixed cost dominates small epochs, so
-      the rate-based estimate alone would climb out of a small budget only slowly.
     - Short epoch (below the aim by more than `TOLERANCE`) that used its whole budget (so more records were
-      waiting): grow to the smaller of the two estimates, at most `GROWTH_LIMIT` times the budget (and by more
-      than `TOLERANCE`, or not at all).
+      waiting): grow to the size the cost model predicts fills the aim (`(aim - fixed) / per-record`), or, when
+      that is less or unknown, to the estimate (damped: the smaller of the last epoch's and the median of the last
+      `SMOOTHING` epochs'). Whatever the prediction, the step is capped as if every millisecond of the last epoch
+      had been per-record cost: at most `STEP_CEILING` x aim / duration times the records, so a wrong model
+      costs at most an epoch of `STEP_CEILING` x the aim, and at most `GROWTH_LIMIT` times the budget. By more
+      than `TOLERANCE`, or not at all.
+    - Ramp: the same, for an epoch shorter than `RAMP` x the aim when no recent epoch of about its size ran longer
+      (a budget still far below what fits, not one fast epoch among steady ones): no damping, and up to
+      `RAMP_GROWTH_LIMIT` times (without a cost model, straight to the cap). Fixed cost dominates small epochs,
+      so the rate-based estimate alone would climb out of a small budget only slowly.
     - Long epoch (above the aim by more than `TOLERANCE`): shrink to the larger of the two estimates (never above
       the budget; by more than `TOLERANCE`, or not at all), or straight to the last epoch's estimate when it ran
       past `RUNAWAY` x the aim (unless
@@ -175,18 +178,20 @@ def next_budget(
     if duration_ms < target * (1 - TOLERANCE):
         if records < budget:
             return BudgetStep(budget, "hold", f"{seen}, backlog below the budget")
-        if duration_ms < target * RAMP and _ramping(records, target, recent):
-            ceiling = records * min(RAMP_GROWTH_LIMIT, RAMP_CEILING * target / duration_ms)
-            predicted = ceiling
-            if model is not None and model.per_record_ms:
-                predicted = max(estimate, (target - model.fixed_ms) / model.per_record_ms)
-            grown = settings.clamp(min(ceiling, predicted))
-            if grown > budget * (1 + TOLERANCE) or grown >= settings.max_records > budget:
-                return BudgetStep(grown, "grow", f"{seen} with more waiting (ramp)")
-        grown = settings.clamp(min(estimate, steady, budget * GROWTH_LIMIT))
+        ramp = duration_ms < target * RAMP and _ramping(records, target, recent)
+        # Worst case: every millisecond of the last epoch was per-record cost.
+        ceiling = records * min(
+            RAMP_GROWTH_LIMIT if ramp else GROWTH_LIMIT, STEP_CEILING * target / duration_ms
+        )
+        fill = _fill(target, model)
+        if fill is not None:
+            predicted = max(estimate if ramp else min(estimate, steady), fill)
+        else:
+            predicted = ceiling if ramp else min(estimate, steady)
+        grown = settings.clamp(min(ceiling, predicted))
         if grown <= budget * (1 + TOLERANCE) and grown < settings.max_records:
             return BudgetStep(budget, "hold", f"{seen}, recent epochs slower or at epoch.max.records")
-        return BudgetStep(grown, "grow", f"{seen} with more waiting")
+        return BudgetStep(grown, "grow", f"{seen} with more waiting" + (" (ramp)" if ramp else ""))
     if duration_ms > target * (1 + TOLERANCE):
         if not may_shrink:
             return BudgetStep(budget, "hold", f"{seen}, first epoch of the run (start-up)")
@@ -196,6 +201,13 @@ def next_budget(
             return BudgetStep(budget, "hold", f"{seen}, recent epochs faster or at epoch.min.records")
         return BudgetStep(shrunk, "shrink", seen)
     return BudgetStep(budget, "hold", f"{seen}, on target")
+
+
+def _fill(target: int, model: CostModel | None) -> float | None:
+    """The size the cost model predicts fills `target` ms, or None when the model knows no per-record cost."""
+    if model is None or not model.per_record_ms:
+        return None
+    return max(0.0, target - model.fixed_ms) / model.per_record_ms
 
 
 def _ramping(records: int, target: int, recent: Sequence[Observation]) -> bool:
