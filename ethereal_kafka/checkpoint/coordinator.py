@@ -67,15 +67,21 @@ log = logging.getLogger(__name__)
 
 #: Errors that mean another instance fenced this one's producer.
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+#: Client errors after which a phase-two producer is replaced before its next transaction: it lost its brokers, and
+#: librdkafka can keep a stale group coordinator cached, on which `send_offsets_to_transaction` then blocks past its
+#: timeout (confluentinc/librdkafka#5456, #5511; measured here after a broker restart: the call hung until
+#: `bounded_call` gave up, 35 s, and the epoch took 42-69 s). A new producer's `init_transactions` looks the
+#: coordinators up afresh, and fences the old one.
+_CONNECTION_LOST_CODES = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
 
 EXACTLY_ONCE = "exactly-once"
 AT_LEAST_ONCE = "at-least-once"
 AT_MOST_ONCE = "at-most-once"
 
 
-#: How long phase two of an epoch may wait on the broker: the marker check and the offset commit it guards. The
-#: epoch spanning a broker restart took 42-69 s in the suite (the broker answers ~3 s after its restart; why the
-#: group's stable offset reads wait longer is not yet known).
+#: How long phase two of an epoch may wait on the broker: the marker check and the offset commit it guards. A
+#: broker restart costs the epoch spanning it 7-17 s here (`_CONNECTION_LOST_CODES`); the budget leaves room for a
+#: slow cluster (a stable offset read also waits for an open transaction of the group to end).
 PHASE_TWO_DEADLINE_S = 180.0
 
 
@@ -148,6 +154,7 @@ class CheckpointCoordinator:
         self.owner = owner or OwnerClaim(uuid.uuid4().hex[:16])
         self.instance_id = self.owner.instance_id
         self._phase_two: dict[str, Producer] = {}
+        self._stale_phase_two: set[str] = set()  # phase-two producers that lost their brokers since built
         self._dead_letters: dict[tuple[str, str, int, int], list[DeadLetter]] = {}
         self._dead_letter_lock = threading.Lock()
         self._dead_letter_channel: ReportChannel | None = None
@@ -343,10 +350,10 @@ class CheckpointCoordinator:
 
         def fence(entry: tuple[str, KafkaSourceConfig | None]) -> tuple[str, Producer]:
             txn_id, source = entry
-            bootstrap = source.bootstrap_servers if source is not None else self.bootstrap
-            passthrough = source.passthrough if source is not None else self.passthrough
+            if source is not None:
+                return txn_id, self._phase_two_producer(txn_id, source)
             return txn_id, transactional_producer(
-                txn_id, bootstrap, self.settings.transaction_timeout_ms, passthrough
+                txn_id, self.bootstrap, self.settings.transaction_timeout_ms, self.passthrough
             )
 
         pool = self._pool()
@@ -514,6 +521,9 @@ class CheckpointCoordinator:
         records = [OutRecord(str(source.dlq_topic), None, d.key, d.value, list(d.headers)) for d in letters]
 
         def commit() -> None:
+            self._phase_two[txn_id].poll(0)  # serves the client's error events (`_note_client_error`)
+            if txn_id in self._stale_phase_two:
+                self._renew_phase_two(txn_id, source, "it lost its connection to the brokers")
             current = self._phase_two[txn_id]
             try:
                 current.begin_transaction()
@@ -538,7 +548,7 @@ class CheckpointCoordinator:
                     # Fenced by another instance (stop), or a producer that cannot go on (a call that never
                     # returned after a coordinator restart, a fatal error, a failed abort): a new producer for the
                     # same id fences it and aborts its transaction, and the commit is tried again.
-                    self._renew_phase_two(txn_id, source, exc)
+                    self._renew_phase_two(txn_id, source, str(exc))
                 raise
 
         with_retries(
@@ -549,8 +559,9 @@ class CheckpointCoordinator:
             deadline_s=PHASE_TWO_DEADLINE_S,
         )
 
-    def _renew_phase_two(self, txn_id: str, source: KafkaSourceConfig, cause: KafkaException) -> None:
-        """Replace a phase-two producer that cannot go on, unless another instance took the app over.
+    def _renew_phase_two(self, txn_id: str, source: KafkaSourceConfig, cause: str) -> None:
+        """Replace a phase-two producer that cannot go on (`cause` says why), unless another instance took the app
+        over.
 
         Raises:
             FencedError: the owner claim names another instance (its start fenced this one's producer).
@@ -560,10 +571,26 @@ class CheckpointCoordinator:
         except FencedError as exc:
             raise FencedError(
                 f"{exc}; the phase-two commit for group {source.group} was fenced ({cause})"
-            ) from cause
-        self._phase_two[txn_id] = transactional_producer(
-            txn_id, source.bootstrap_servers, self.settings.transaction_timeout_ms, source.passthrough
+            ) from exc
+        log.info("phase-two producer %s renewed: %s", txn_id, cause)
+        self._phase_two[txn_id] = self._phase_two_producer(txn_id, source)
+
+    def _phase_two_producer(self, txn_id: str, source: KafkaSourceConfig) -> Producer:
+        """A new, initialised phase-two producer for `txn_id` (fencing older ones), not stale."""
+        producer = transactional_producer(
+            txn_id,
+            source.bootstrap_servers,
+            self.settings.transaction_timeout_ms,
+            source.passthrough,
+            on_error=lambda error: self._note_client_error(txn_id, error),
         )
+        self._stale_phase_two.discard(txn_id)
+        return producer
+
+    def _note_client_error(self, txn_id: str, error: KafkaError) -> None:
+        """A phase-two producer's client error (served by `poll`): a lost connection marks it stale."""
+        if error.code() in _CONNECTION_LOST_CODES:
+            self._stale_phase_two.add(txn_id)
 
     @staticmethod
     def _reads(source: KafkaSourceConfig, topic: str) -> bool:

@@ -224,17 +224,24 @@ def drop_producer(conf: Mapping[str, str]) -> None:
 
 
 def transactional_producer(
-    transactional_id: str, bootstrap: str, timeout_ms: int, passthrough: Mapping[str, str]
+    transactional_id: str,
+    bootstrap: str,
+    timeout_ms: int,
+    passthrough: Mapping[str, str],
+    on_error: Callable[[KafkaError], None] | None = None,
 ) -> Producer:
     """A new producer for `transactional_id`, initialised: its `init_transactions` fences every older holder of
     the id and completes or aborts whatever transaction that holder left open, so once this returns no older
-    producer of the id can commit. Owned by the caller (one sink task attempt); never cached.
+    producer of the id can commit. Owned by the caller (one sink task attempt); never cached. `on_error` is told
+    the client's errors (lost connections, ...) when the caller polls the producer.
 
     Raises:
         KafkaException: `init_transactions` failed (the caller classifies the error).
     """
+    extra: dict[str, Any] = {"error_cb": on_error} if on_error is not None else {}
     producer = new_producer(
         {
+            **extra,
             "bootstrap.servers": bootstrap,
             "transactional.id": transactional_id,
             "transaction.timeout.ms": str(timeout_ms),
