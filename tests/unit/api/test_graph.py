@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ethereal_kafka.api import (
@@ -108,17 +110,22 @@ def test_window_assigners_place_timestamps() -> None:
     assert capped.assign(5) == [TimeWindow(5, 1_005)]
 
 
-def test_environment_checks_connector_names_against_its_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    (tmp_path / "src.properties").write_text(
+def _write_job(folder: Path) -> None:
+    """A job file with one source (`orders`) and one sink (`out`) in `folder`."""
+    (folder / "src.properties").write_text(
         "connector.class=kafka-source\nname=orders\nbootstrap.servers=127.0.0.1:1\ntopics=t\n"
     )
-    (tmp_path / "sink.properties").write_text(
+    (folder / "sink.properties").write_text(
         "connector.class=kafka-sink\nname=out\nbootstrap.servers=127.0.0.1:1\ntopic=o\n"
     )
-    (tmp_path / "job.properties").write_text(
+    (folder / "job.properties").write_text(
         "app.id=a\nsources=src.properties\nsinks=sink.properties\npipeline=m:f\n"
-        f"checkpoint.location={tmp_path}/cp\n"
+        f"checkpoint.location={folder}/cp\n"
     )
+
+
+def test_environment_checks_connector_names_against_its_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    _write_job(tmp_path)
     env = StreamExecutionEnvironment.from_job_file(tmp_path / "job.properties")
     with pytest.raises(GraphError, match=r"no source named 'payments' \(sources: orders\)"):
         env.from_source("payments")
@@ -134,16 +141,7 @@ def test_execute_hands_the_registered_runner_the_job_and_the_graph(tmp_path, mon
     assert environment.find_executor() is run
     with pytest.raises(GraphError, match=r"no ethereal-kafka executor named 'cluster'.*pip install -e \."):
         environment.find_executor("cluster")
-    (tmp_path / "src.properties").write_text(
-        "connector.class=kafka-source\nname=orders\nbootstrap.servers=127.0.0.1:1\ntopics=t\n"
-    )
-    (tmp_path / "sink.properties").write_text(
-        "connector.class=kafka-sink\nname=out\nbootstrap.servers=127.0.0.1:1\ntopic=o\n"
-    )
-    (tmp_path / "job.properties").write_text(
-        "app.id=a\nsources=src.properties\nsinks=sink.properties\npipeline=m:f\n"
-        f"checkpoint.location={tmp_path}/cp\n"
-    )
+    _write_job(tmp_path)
     calls = []
 
     def runner(job_path, available_now, graph_builder):  # type: ignore[no-untyped-def]
