@@ -70,7 +70,7 @@ _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVA
 #: Client errors after which a phase-two producer is replaced before its next transaction: it lost its brokers, and
 #: librdkafka can keep a stale group coordinator cached, on which `send_offsets_to_transaction` then blocks past its
 #: timeout (confluentinc/librdkafka#5456, #5511; measured here after a broker restart: the call hung until
-#: `bounded_call` gave up, 35 s, and the epoch took 42-69 s). A new producer's `init_transactions` looks the
+#: `bounded_call` gave up, 35 s, and the epoch took 41-69 s). A new producer's `init_transactions` looks the
 #: coordinators up afresh, and fences the old one.
 _CONNECTION_LOST_CODES = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
 
