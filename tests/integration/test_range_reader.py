@@ -1,10 +1,14 @@
 """The range reader's cached consumer on the real broker: consecutive epochs' ranges start without a fetch stall.
 
+Two stalls, each measured against librdkafka's default that caused it:
+
 A sink task reads its epoch's range with this process's cached consumer (`range_reader.read_messages`). Reading one
 range lets librdkafka prefetch far past its end; once its fetch queue is over `queued.min.messages` it postpones the
 partition's next fetch by `fetch.queue.backoff.ms` (1000 ms by default), and that postponement survives the
 unassign / assign of the next epoch's range. With the default, the next range's first records came ~1 s late, in
 about every other epoch of a draining job (a fixed cost per epoch: bench/adaptive.py's trace, docs/operations.md).
+A range that ends at the partition's end leaves the prefetcher long-polling there (`fetch.wait.max.ms`, 500 ms by
+default), and the next range's first fetch to that broker waits for the held one.
 """
 
 from __future__ import annotations
@@ -79,3 +83,41 @@ def test_the_next_epochs_range_starts_without_waiting_out_a_fetch_backoff(
         f"the default backoff did not stall a range ({stalled:.2f}s): the test shows nothing"
     )
     assert quick < 0.5, f"a range's first records came after {quick:.2f}s"
+
+
+def test_a_range_after_one_that_ended_at_the_partitions_end_starts_without_waiting_out_a_long_poll(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory
+) -> None:
+    bs = kafka_cluster.bootstrap
+    topic = topic_factory(partitions=2)
+    producer = Producer({"bootstrap.servers": bs, "linger.ms": 5})
+    for i in range(1000):
+        for partition in (0, 1):
+            producer.produce(topic, b'{"id":%d}' % i, b"k%d" % partition, partition=partition)
+    assert producer.flush(30) == 0
+
+    def slowest_first_chunk_s(passthrough: dict[str, str]) -> float:
+        """Read both partitions' whole ranges in turn, as a live job's epochs do (each range ends at the
+        partition's end), 0.05 s apart; the longest wait for a range's first chunk."""
+        conf = consumer_config(bs, f"range-reader-{uuid.uuid4().hex[:8]}", "read_committed", passthrough)
+        waits = []
+        try:
+            for i in range(8):
+                began = time.monotonic()
+                chunks = read_messages(conf, topic, i % 2, 0, 1000, 10_000, 30_000)
+                first = next(chunks)
+                waits.append(time.monotonic() - began)
+                assert sum(len(chunk) for chunk in chunks) + len(first) == 1000
+                time.sleep(0.05)
+            return max(waits[1:])  # the first read also connects
+        finally:
+            close_cached_clients()
+
+    quick = slowest_first_chunk_s({})
+    # The same reads with librdkafka's default long poll: the stall the reader's configuration removes.
+    stalled = slowest_first_chunk_s({"fetch.wait.max.ms": "500"})
+    print(f"slowest first chunk: {quick * 1000:.0f} ms (librdkafka's default: {stalled * 1000:.0f} ms)")
+    assert stalled > 0.3, (
+        f"the default long poll did not stall a range ({stalled:.2f}s): the test shows nothing"
+    )
+    assert quick < 0.2, f"a range's first records came after {quick:.2f}s"
