@@ -275,7 +275,7 @@ def verdict(table: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def markdown(table: list[dict[str, Any]], target_ms: int) -> str:
+def markdown(table: list[dict[str, Any]], target_ms: int, found: dict[str, Any]) -> str:
     """The summary as a Markdown table, the verdict, and the per-epoch overhead the table implies."""
     overhead = per_epoch_overhead_ms(table)
     lines = [
@@ -296,7 +296,6 @@ def markdown(table: list[dict[str, Any]], target_ms: int) -> str:
             f"{'yes' if row['p99_after_first_under_2x_target'] else 'no'} | {'yes' if row['exact'] else 'NO'} |"
         )
     lines.append("")
-    found = verdict(table)
     within, overall = found["best_fixed_within_2x_target"], found["best_fixed_overall"]
     lines.append(
         f"Adaptive: every epoch p99 under 2 x the target in every run: {'yes' if found['adaptive_within_2x_target'] else 'NO'}; "
@@ -361,7 +360,8 @@ def main() -> None:
                 runs.append(run)
                 print(json.dumps(run))
     table = summarize(runs, args.target_ms)
-    text = markdown(table, args.target_ms)
+    found = verdict(table)
+    text = markdown(table, args.target_ms, found)
     result = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "scenario": args.scenario,
@@ -370,7 +370,7 @@ def main() -> None:
         "target_ms": args.target_ms,
         "load_average_before": [round(v, 2) for v in load],
         "summary": table,
-        "verdict": verdict(table),
+        "verdict": found,
         "runs": runs,
         "markdown": text,
     }

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.api import graph as g
-from ethereal_kafka.api.datastream import DataStream
+from ethereal_kafka.api.datastream import DataStream, N
 from ethereal_kafka.api.errors import GraphError
 
 if TYPE_CHECKING:
     from ethereal_kafka.config.connectors import KafkaSourceConfig
     from ethereal_kafka.config.job import LoadedJob
-
-N = TypeVar("N", bound=g.Node)
 
 #: The entry-point group an executor registers in (`pyproject.toml`: the runtime's runner registers as "local").
 EXECUTORS_GROUP = "ethereal_kafka.executors"
