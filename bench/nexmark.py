@@ -48,7 +48,7 @@ from common import TreeCpu, bench_broker, query_epochs, write_result
 from confluent_kafka import Producer
 from nexmark_queries import SQL
 
-from ethereal_kafka.testing.kafka_io import create_topic, read_all
+from ethereal_kafka.connectors.kafka.topics import create_topic, read_all
 
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 2

@@ -16,7 +16,7 @@ from tests.unit.runtime.test_runner_sources import _job
 
 def _coordinator(sources: dict[str, Any]) -> Any:
     return SimpleNamespace(
-        shapes={"out": None},
+        queries={"out": None},
         query_sources=lambda query: list(sources.values()),
         epoch_listeners=[],
     )
