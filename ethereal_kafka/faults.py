@@ -8,6 +8,10 @@
 
 - `ETHEREAL_KAFKA_FAULT_FAIL_BEFORE_COMMIT`: `1` makes the first attempt of every sink task fail after it produced
   its records, before it commits them (Spark retries the task on a cluster; local masters do not retry).
+- `ETHEREAL_KAFKA_FAULT_FAIL_AFTER_COMMIT`: `phase_one` or `phase_two` (comma-separated for both) makes every sink
+  task's first transaction of an epoch (phase one) or every phase-two commit's first try (phase two) report a
+  failure although its commit landed: `commit_transaction` returned, then `_TIMED_OUT` is raised (what a timeout
+  while the coordinator applied the commit looks like to the client).
 
 All are read where the step happens (on executors), never at import time.
 """
@@ -21,6 +25,7 @@ from collections.abc import Callable
 TXN_DELAY_ENV = "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS"
 TRACE_ENV = "ETHEREAL_KAFKA_FAULT_TRACE"
 FAIL_BEFORE_COMMIT_ENV = "ETHEREAL_KAFKA_FAULT_FAIL_BEFORE_COMMIT"
+FAIL_AFTER_COMMIT_ENV = "ETHEREAL_KAFKA_FAULT_FAIL_AFTER_COMMIT"
 
 
 class InjectedFailure(RuntimeError):
@@ -45,6 +50,24 @@ def fail_before_commit(task: int) -> None:
     context = TaskContext.get()
     if context is not None and context.attemptNumber() == 0:
         raise InjectedFailure(f"injected failure after produce, before commit (task {task}, attempt 0)")
+
+
+def after_commit(phase: str) -> None:
+    """Report a landed commit as failed when `ETHEREAL_KAFKA_FAULT_FAIL_AFTER_COMMIT` names `phase` (`phase_one`
+    or `phase_two`). Called right after `commit_transaction` returned, by a sink task's first transaction of an
+    epoch and by a phase-two commit's first try.
+
+    Raises:
+        KafkaException: `_TIMED_OUT`, as if the commit had not answered in time.
+    """
+    phases = {p.strip() for p in os.environ.get(FAIL_AFTER_COMMIT_ENV, "").split(",") if p.strip()}
+    if phase not in phases:
+        return
+    from confluent_kafka import KafkaError, KafkaException
+
+    raise KafkaException(
+        KafkaError(KafkaError._TIMED_OUT, f"injected: {phase} commit reported failed after it landed")
+    )
 
 
 def trace(query: str, epoch: int, task: int, step: str) -> None:

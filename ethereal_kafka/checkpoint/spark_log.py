@@ -13,6 +13,7 @@ from typing import Any
 
 from ethereal_kafka.connectors.kafka.offsets import Offsets
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.paths import fsync_path
 
 
 class CheckpointLogError(EtherealKafkaError):
@@ -73,5 +74,35 @@ def has_state(location: str | Path) -> bool:
 
 def has_progress(location: str | Path) -> bool:
     """True when the checkpoint has logged at least one epoch."""
+    return bool(logged_epochs(location))
+
+
+def logged_epochs(location: str | Path) -> list[int]:
+    """The epochs Spark's offset log holds (`offsets/N`), sorted; empty without a local log."""
     offsets = Path(location) / "offsets"
-    return offsets.is_dir() and any(p.name.isdigit() for p in offsets.iterdir())
+    if not offsets.is_dir():
+        return []
+    return sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit())
+
+
+def sync_offset_log(location: str | Path, epoch: int) -> None:
+    """Flush `offsets/<epoch>` (and the folder's entry for it, and the checkpoint's `metadata`) to stable storage.
+
+    Spark's local checkpoint file manager writes a file and renames it into place without fsync, so a host crash
+    can lose an epoch's log entry after the epoch committed in Kafka; Spark would then plan the epoch again with
+    other bounds. Called by the epoch writer before anything of the epoch commits. A checkpoint that is not a local
+    folder is left to its file system.
+
+    Raises:
+        CheckpointLogError: `offsets/<epoch>` cannot be opened.
+    """
+    if "://" in str(location) and not str(location).startswith("file:"):
+        return
+    root = Path(str(location).removeprefix("file:"))
+    path = root / "offsets" / str(epoch)
+    try:
+        fsync_path(path)
+        fsync_path(path.parent)
+        fsync_path(root / "metadata")
+    except OSError as exc:
+        raise CheckpointLogError(f"cannot flush Spark offset log {path}: {exc.strerror}") from exc

@@ -32,7 +32,6 @@ from ethereal_kafka.connectors.kafka.clients import (
 )
 from ethereal_kafka.connectors.kafka.offsets import Offsets
 from ethereal_kafka.connectors.kafka.sink import check_same_cluster
-from ethereal_kafka.eos.committed import committed_offsets
 from ethereal_kafka.eos.dead_letters import DeadLetterCollector
 from ethereal_kafka.eos.errors import FencedError
 from ethereal_kafka.eos.gate import EpochGate
@@ -40,8 +39,9 @@ from ethereal_kafka.eos.layout import WriteLayout, check_or_record_layout
 from ethereal_kafka.eos.markers import EpochMarker, OwnerClaim
 from ethereal_kafka.eos.names import phase_two_id
 from ethereal_kafka.eos.ownership import describe, read_claim, write_claim
-from ethereal_kafka.eos.phase_two import PhaseTwo, marker_covers
+from ethereal_kafka.eos.phase_two import PhaseTwo, marker_committed
 from ethereal_kafka.eos.startup import (
+    check_log_against_kafka,
     check_transaction_timeout,
     ensure_progress_topic,
     fence_pool,
@@ -125,6 +125,15 @@ class CheckpointCoordinator:
         for name, query in self.queries.items():
             if query.stateful and not replaying and not has_progress(self.location(name)):
                 refuse_lost_state(self.app_id, self.location(name), self.query_sources(name))
+            check_log_against_kafka(
+                self.app_id,
+                query,
+                self.location(name),
+                self.query_sources(name),
+                self.job.sink_tasks,
+                self.bootstrap,
+                self.passthrough,
+            )
         if exactly_once:
             check_transaction_timeout(
                 self.job.transaction_timeout_ms,
@@ -205,7 +214,12 @@ class CheckpointCoordinator:
 
     # -- epochs --------------------------------------------------------------------------------------------------
     def commit_source_offsets(
-        self, ends: Sequence[Offsets], checkpoint: str, epoch: int, query: str | None = None
+        self,
+        ends: Sequence[Offsets],
+        checkpoint: str,
+        epoch: int,
+        query: str | None = None,
+        ranges: str | None = None,
     ) -> None:
         """Commit epoch end offsets to the group of each source `query` reads, with the epoch marker as metadata
         (phase two). Under exactly-once each source's offsets are committed in a transaction of the query's
@@ -216,7 +230,7 @@ class CheckpointCoordinator:
             FencedError: another instance fenced this one's phase-two producer.
             KafkaConnectionError: the commit did not succeed within bounded retries.
         """
-        marker = EpochMarker(self.app_id, checkpoint, epoch).render()
+        marker = EpochMarker(self.app_id, checkpoint, epoch, ranges).render()
         candidates = self.query_sources(query) if query is not None else list(self.sources.values())
         for offsets in ends:
             for source in [s for s in candidates if any(s.reads(t) for t in offsets.topics())]:
@@ -227,9 +241,10 @@ class CheckpointCoordinator:
                 txn_id = phase_two_id(self.app_id, query, source.name) if query else None
                 if txn_id is not None and self.phase_two.holds(txn_id):
                     letters = self.dead_letters.take(source.group, tps)
-                    if marker_covers(self.app_id, source, tps, checkpoint, epoch):
+                    committed = EpochMarker(self.app_id, checkpoint, epoch, ranges)
+                    if marker_committed(source, tps, committed):
                         continue  # a replay of an epoch whose phase two committed: its dead letters too
-                    self.phase_two.commit(txn_id, source, consumer, tps, letters)
+                    self.phase_two.commit(txn_id, source, consumer, tps, letters, committed)
                     continue
                 with_retries(
                     f"offset commit for group {source.group}",
@@ -249,15 +264,18 @@ class CheckpointCoordinator:
         )
         self.dead_letters.open()
 
-    def offsets_committed(self, ends: Sequence[Offsets], checkpoint: str, epoch: int, query: str) -> bool:
-        """True when a source group of `query` holds a marker proving `epoch` of this checkpoint committed its
-        offsets (an at-most-once epoch being replayed)."""
+    def offsets_committed(
+        self, ends: Sequence[Offsets], checkpoint: str, epoch: int, query: str, ranges: str | None = None
+    ) -> bool:
+        """True when a source group of `query` holds a marker proving `epoch` of this checkpoint (over `ranges`)
+        committed its offsets (an at-most-once epoch being replayed).
+
+        Raises:
+            CheckpointMismatchError: a marker of this checkpoint records a later epoch, or this one over other ranges.
+        """
         for source in self.query_sources(query):
-            tps = [tp for offsets in ends for tp in offsets if source.reads(tp[0])]
-            if not tps:
-                continue
-            found = committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps)
-            if any(o.marker is not None and o.marker.covers(self.app_id, checkpoint, epoch) for o in found):
+            tps = [TopicPartition(t, p) for offsets in ends for (t, p) in offsets if source.reads(t)]
+            if tps and marker_committed(source, tps, EpochMarker(self.app_id, checkpoint, epoch, ranges)):
                 return True
         return False
 

@@ -9,28 +9,20 @@ commit log, so Kafka is never behind Spark.
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ethereal_kafka.checkpoint.spark_log import (
-    CheckpointLogError,
-    checkpoint_id,
-    epoch_end_offsets,
-    epoch_watermark_ms,
-)
+from ethereal_kafka.checkpoint.spark_log import checkpoint_id, epoch_watermark_ms, sync_offset_log
 from ethereal_kafka.config.job import Guarantee
 from ethereal_kafka.connectors.kafka.offsets import Offsets, SourceOffset
 from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns
-from ethereal_kafka.connectors.kafka.source import initial_offsets_file
 from ethereal_kafka.eos.coordinator import CheckpointCoordinator
 from ethereal_kafka.eos.errors import RecoveryError
 from ethereal_kafka.eos.markers import EpochMarker
 from ethereal_kafka.eos.names import progress_group, progress_topic
 from ethereal_kafka.eos.partitioning import hash_partitioned
 from ethereal_kafka.eos.phase_one import RESULT_SCHEMA, write_task
-from ethereal_kafka.eos.task_plan import EpochWrite, TaskSlot
+from ethereal_kafka.eos.task_plan import EpochRanges, EpochWrite, TaskSlot
 from ethereal_kafka.plan.query import Layout
 
 if TYPE_CHECKING:
@@ -71,7 +63,11 @@ class EpochWriter:
         began = time.time()
         location = c.location(self.name)
         checkpoint = checkpoint_id(location)
-        ends = epoch_end_offsets(location, batch_id)
+        # Spark wrote offsets/N before calling here: make it durable before anything of the epoch commits, so a host
+        # crash cannot leave Kafka holding an epoch that Spark's log has lost.
+        sync_offset_log(location, batch_id)
+        epoch = EpochRanges.of(location, batch_id, c.query_sources(self.name))
+        ends = list(epoch.per_source)
         c.check_owner()
         for config in self.query.sinks:
             check_columns(config, batch)
@@ -83,57 +79,40 @@ class EpochWriter:
             if guarantee == Guarantee.AT_MOST_ONCE:
                 # Offsets first, output after: a replayed epoch whose offsets were committed (its output may have
                 # been written before the crash) writes nothing, so nothing is ever written twice.
-                if c.offsets_committed(ends, checkpoint, batch_id, self.name):
+                if c.offsets_committed(ends, checkpoint, batch_id, self.name, epoch.digest):
                     written, skipped = 0, 1
                 else:
-                    c.commit_source_offsets(ends, checkpoint, batch_id, self.name)
+                    c.commit_source_offsets(ends, checkpoint, batch_id, self.name, epoch.digest)
                     written = self.plain.write(batch, batch_id)
                 mode = Guarantee.AT_MOST_ONCE
             elif guarantee == Guarantee.AT_LEAST_ONCE:
                 written = self.plain.write(batch, batch_id)
-                c.commit_source_offsets(ends, checkpoint, batch_id, self.name)
+                c.commit_source_offsets(ends, checkpoint, batch_id, self.name, epoch.digest)
                 mode = Guarantee.AT_LEAST_ONCE
             else:
-                written, tasks, skipped = self._exactly_once(batch, batch_id, checkpoint, ends)
+                written, tasks, skipped = self._exactly_once(batch, batch_id, checkpoint, epoch)
                 if self.query.layout == Layout.SHUFFLING:
-                    c.commit_source_offsets(ends, checkpoint, batch_id, self.name)
+                    c.commit_source_offsets(ends, checkpoint, batch_id, self.name, epoch.digest)
         except Exception as exc:
-            c.record(
-                self._entry(
-                    checkpoint,
-                    batch_id,
-                    self.query.layout,
-                    ends,
-                    0,
-                    tasks,
-                    skipped,
-                    began,
-                    "failed",
-                    str(exc),
-                ),
-                self.name,
-                self._task_rows,
+            failed = self._entry(
+                checkpoint, batch_id, self.query.layout, epoch, 0, tasks, skipped, began, str(exc)
             )
+            c.record(failed, self.name, self._task_rows)
             raise
-        c.record(
-            self._entry(checkpoint, batch_id, mode, ends, written, tasks, skipped, began, "committed", None),
-            self.name,
-            self._task_rows,
-        )
+        done = self._entry(checkpoint, batch_id, mode, epoch, written, tasks, skipped, began, None)
+        c.record(done, self.name, self._task_rows)
 
     def _exactly_once(
-        self, batch: DataFrame, batch_id: int, checkpoint: str, ends: list[Offsets]
+        self, batch: DataFrame, batch_id: int, checkpoint: str, epoch: EpochRanges
     ) -> tuple[int, int, int]:
         c = self.coordinator
         outputs = self.plain.outputs(batch)
         dead_letter_topic = None
         if self.query.layout == Layout.PARTITION_PRESERVING:
             (source,) = c.query_sources(self.name)
-            inputs = Offsets().merged(*ends)
-            starts = self._start_offsets(batch_id)
             slots = tuple(
-                TaskSlot(f"{t}-{p}", source.group, t, p, o, starts.get((t, p), 0))
-                for (t, p), o in inputs.items()
+                TaskSlot(f"{t}-{p}", source.group, t, p, o, epoch.starts.get((t, p), 0))
+                for (t, p), o in epoch.ends.items()
             )
             if source.on_error == "dlq" and source.dlq_delivery == "epoch":
                 dead_letter_topic = source.dlq_topic
@@ -152,6 +131,7 @@ class EpochWriter:
             instance_id=c.instance_id,
             checkpoint_id=checkpoint,
             epoch=batch_id,
+            ranges=epoch.digest,
             query=self.name,
             outputs=outputs,
             slots=slots,
@@ -169,40 +149,24 @@ class EpochWriter:
         skipped = sum(int(r["skipped"]) for r in rows)
         return written, len(rows), skipped
 
-    def _start_offsets(self, epoch: int) -> Offsets:
-        """Start offsets of `epoch`: the previous epoch's end offsets, or the pinned initial offsets (none if
-        there are none)."""
-        location = self.coordinator.location(self.name)
-        try:
-            previous = epoch_end_offsets(location, epoch - 1) if epoch > 0 else []
-        except CheckpointLogError:
-            previous = []
-        if epoch == 0:
-            for source in self.coordinator.query_sources(self.name):
-                pinned = Path(f"{source.checkpoint_location}/ethereal-kafka/{initial_offsets_file(source)}")
-                if source.checkpoint_location and pinned.exists():
-                    previous.append(Offsets.from_json(json.loads(pinned.read_text(encoding="utf-8"))))
-        return Offsets().merged(*previous)
-
     def _entry(
         self,
         checkpoint: str,
         epoch: int,
         mode: str,
-        ends: list[Offsets],
+        ranges: EpochRanges,
         written: int,
         tasks: int,
         skipped: int,
         began: float,
-        outcome: str,
         error: str | None,
     ) -> EpochRecord:
+        """The history record of an epoch attempt: committed when `error` is None, else failed."""
         from ethereal_kafka.checkpoint.history import EpochRecord
 
-        merged = Offsets().merged(*ends)
-        starts = self._start_offsets(epoch)
+        merged, starts = ranges.ends, ranges.starts
         records_in = sum(max(0, o - starts.get(tp, o)) for tp, o in merged.items()) if starts else -1
-        committed = outcome == "committed"
+        committed = error is None
         rows = [r for r in self._task_rows if not int(r["skipped"])]
         commits = [float(r["commit_ms"]) for r in rows if r["commit_ms"] is not None]
         app_id = self.coordinator.app_id
@@ -219,13 +183,13 @@ class EpochWriter:
             skipped_tasks=skipped,
             started_ms=int(began * 1000),
             duration_ms=int((time.time() - began) * 1000),
-            outcome=outcome,
+            outcome="committed" if committed else "failed",
             error=error,
             query=self.name,
             watermark_ms=epoch_watermark_ms(self.coordinator.location(self.name), epoch),
             commit_ms=max(commits) if commits else None,
             txn_aborts=sum(max(0, int(r["attempts"] or 1) - 1) for r in rows),
-            marker=EpochMarker(app_id, checkpoint, epoch).render() if committed else None,
+            marker=EpochMarker(app_id, checkpoint, epoch, ranges.digest).render() if committed else None,
             marker_offsets=self._marker_offsets(mode, epoch, merged) if committed else {},
         )
 

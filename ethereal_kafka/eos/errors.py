@@ -33,3 +33,14 @@ class EpochRefusedError(EtherealKafkaError):
     Raised to Spark from the `foreachBatch` call of that epoch. Nothing of it was written and Spark replays it on the
     next start; the runner treats it as part of the requested stop, never as a failure.
     """
+
+
+class CheckpointMismatchError(RecoveryError):
+    """Spark's checkpoint disagrees with Kafka: Kafka holds an epoch marker of the same checkpoint for a later epoch
+    than Spark's offset log has, or for the same epoch over other input ranges (a checkpoint restored from a backup,
+    a deleted offset log file, a host crash that lost unsynced checkpoint files).
+
+    Raised at start (`eos.startup.check_log_against_kafka`) and by a sink task or phase two that meets such a
+    marker; nothing of the epoch is written. Restore the checkpoint files Kafka's markers belong to, or replay from
+    an explicit position (`ethereal-kafka replay APP --from ...`).
+    """

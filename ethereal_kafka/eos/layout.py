@@ -12,12 +12,12 @@ replay into a fresh checkpoint: docs/operations.md#rescaling-a-job).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.paths import write_durably
 
 RESCALE_DOC = "docs/operations.md#rescaling-a-job"
 
@@ -47,13 +47,10 @@ def read_layout(query_checkpoint: str | Path) -> WriteLayout | None:
 
 def record_layout(query_checkpoint: str | Path, layout: WriteLayout) -> None:
     """Record `layout` for the query (atomically)."""
-    path = layout_file(query_checkpoint)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.partial")
-    partial.write_text(
-        json.dumps({"sink_tasks": layout.sink_tasks, "partitions": dict(layout.partitions)}), encoding="utf-8"
+    write_durably(
+        layout_file(query_checkpoint),
+        json.dumps({"sink_tasks": layout.sink_tasks, "partitions": dict(layout.partitions)}),
     )
-    os.replace(partial, path)
 
 
 def check_layout(query: str, recorded: WriteLayout, current: WriteLayout) -> None:

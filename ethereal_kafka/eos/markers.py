@@ -1,44 +1,96 @@
 """Epoch markers: the metadata string carried by a consumer-group offset committed inside a sink transaction.
 
-Form: `{app.id}:{checkpoint-id}:{epoch}`. A marker tells a sink task whether its output for an epoch was committed
-before: only a marker of the same app and the same Spark checkpoint (incarnation) with an epoch at or beyond the
-current one makes a task skip. A marker of another checkpoint never does, so a reset checkpoint, whose batch ids
-start again at 0, cannot silently drop output.
+Form: `{app.id}:{checkpoint-id}:{epoch}:r{ranges}`, where `ranges` is a digest of the epoch's input ranges (every
+input partition's start and end offset, `ranges_digest`; the `r` tells it from an epoch number). A marker tells a sink task (and phase two) whether its
+output for an epoch was committed before: only a marker of the same app, the same Spark checkpoint (incarnation),
+the same epoch and the same ranges makes it skip. A marker of another checkpoint never does, so a reset checkpoint,
+whose batch ids start again at 0, cannot silently drop output. A marker of the same checkpoint that records a later
+epoch, or the same epoch over other ranges, means Spark's checkpoint is behind Kafka (a restored backup, a deleted
+or unsynced offset log file): Spark would re-plan epochs that were committed with other bounds, so that is an error
+(`CheckpointMismatchError`), never a skip. Markers written before the digest (three parts) skip on the epoch alone.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from ethereal_kafka.eos.errors import CheckpointMismatchError
+
+
+def ranges_digest(starts: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int]) -> str:
+    """A digest of an epoch's input ranges: for every partition in `ends`, its start (from `starts`, 0 when absent:
+    the source reads a new partition from its earliest offset) and its end. A pure function of the two offsets, so
+    a replayed epoch (the same logged offsets) gives the same digest and a re-planned one (other bounds) another."""
+    text = ";".join(f"{t}:{p}:{starts.get((t, p), 0)}-{o}" for (t, p), o in sorted(ends.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
 class EpochMarker:
-    """A parsed marker."""
+    """A parsed marker (`ranges` None: a marker written before markers carried their ranges)."""
 
     app_id: str
     checkpoint_id: str
     epoch: int
+    ranges: str | None = None
 
     def render(self) -> str:
         """The metadata string stored with the offset."""
-        return f"{self.app_id}:{self.checkpoint_id}:{self.epoch}"
+        tail = f":r{self.ranges}" if self.ranges else ""
+        return f"{self.app_id}:{self.checkpoint_id}:{self.epoch}{tail}"
 
     @classmethod
     def parse(cls, text: str | None) -> EpochMarker | None:
-        """Parse a metadata string; None for an absent or foreign one (another writer's metadata)."""
+        """Parse a metadata string; None for an absent or foreign one (another writer's metadata). Parsed from the
+        right: the app id is whatever precedes the checkpoint id."""
         if not text:
             return None
-        app_id, sep, rest = text.rpartition(":")
-        if not sep:
+        head, sep, last = text.rpartition(":")
+        ranges = None
+        if sep and last.startswith("r") and len(last) > 1 and all(c in "0123456789abcdef" for c in last[1:]):
+            ranges = last[1:]
+            head, sep, last = head.rpartition(":")
+        app, sep2, checkpoint = head.rpartition(":")
+        if not sep or not sep2 or not app or not last.isdigit():
             return None
-        app, sep2, checkpoint = app_id.rpartition(":")
-        if not sep2 or not rest.isdigit():
-            return None
-        return cls(app, checkpoint, int(rest))
+        return cls(app, checkpoint, int(last), ranges)
 
-    def covers(self, app_id: str, checkpoint_id: str, epoch: int) -> bool:
-        """True when this marker proves that `epoch` of that app and checkpoint was already committed."""
-        return self.app_id == app_id and self.checkpoint_id == checkpoint_id and self.epoch >= epoch
+    def of(self, app_id: str, checkpoint_id: str) -> bool:
+        """True when this marker was written by that app under that Spark checkpoint."""
+        return self.app_id == app_id and self.checkpoint_id == checkpoint_id
+
+    def committed(self, app_id: str, checkpoint_id: str, epoch: int, ranges: str | None, where: str) -> bool:
+        """Whether this marker proves that `epoch` of that app and checkpoint, over input ranges `ranges`, was
+        committed: True (skip it), or False (it still has to be written: no marker of this checkpoint, or one of an
+        earlier epoch).
+
+        Args:
+            where: Names the offset the marker was read from, for the error (`group g, topic t[p]`).
+
+        Raises:
+            CheckpointMismatchError: the marker is of this checkpoint but of a later epoch, or of this epoch over
+                other input ranges: Spark's checkpoint is behind Kafka, and writing or skipping would lose or repeat
+                output.
+        """
+        if not self.of(app_id, checkpoint_id) or self.epoch < epoch:
+            return False
+        if self.epoch > epoch:
+            raise CheckpointMismatchError(
+                f"{where} holds epoch {self.epoch} of checkpoint {checkpoint_id}, but Spark's offset log now runs "
+                f"epoch {epoch}: the checkpoint is behind Kafka (restored from a backup, or offset log files lost); "
+                "its epochs would be re-planned over other offsets. Restore the checkpoint's newer files, or replay "
+                f"from an explicit position (`ethereal-kafka replay {app_id} --from ...`)"
+            )
+        if self.ranges and ranges and self.ranges != ranges:
+            raise CheckpointMismatchError(
+                f"{where} holds epoch {epoch} of checkpoint {checkpoint_id} committed over other input ranges than "
+                "Spark's offset log now gives that epoch: the checkpoint is behind Kafka (restored from a backup, or "
+                "offset log files lost and re-planned). Restore the checkpoint's newer files, or replay from an "
+                f"explicit position (`ethereal-kafka replay {app_id} --from ...`)"
+            )
+        return True
 
 
 @dataclass(frozen=True)

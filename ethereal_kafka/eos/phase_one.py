@@ -8,8 +8,9 @@ Runs inside a Spark task: `write_task` is the `mapInArrow` body of an epoch's wr
    commit) and completes or aborts what that holder left open. From then on nothing older can commit.
 2. **Owner.** The app's claim must still name this instance, else `FencedError`: an instance that was taken over
    writes nothing, even where its task fenced the new owner's producer for a moment.
-3. **Marker.** If the task's marker covers (app, checkpoint, N), the epoch's output was committed before: the task
-   reads its input to the end and writes nothing.
+3. **Marker.** If the task's marker records (app, checkpoint, N) over the epoch's input ranges, the epoch's output
+   was committed before: the task reads its input to the end and writes nothing. A marker of this checkpoint for a
+   later epoch, or for N over other ranges, is a `CheckpointMismatchError` (Spark's checkpoint is behind Kafka).
 4. **Write.** Begin; encode and produce the input batch by batch as it arrives; send the marker with
    `send_offsets_to_transaction`; commit.
 
@@ -17,9 +18,11 @@ Reading the marker before fencing leaves a gap in which an older holder commits 
 same output again (`tests/integration/test_sink_task.py` reproduces it).
 
 Errors by class: retriable → the same call again with bounded backoff; abortable → abort and redo from the input
-batches kept (up to `RETAIN_BYTES`); fatal (fenced, timed out, invalid epoch) → close the producer and fence again
-with a new one, check the owner, re-read the marker (a commit may have landed although the call failed) and redo
-only if needed. A producer lives for one attempt and is closed after it, so a healthy run never fences itself.
+batches kept (up to `RETAIN_BYTES`); fenced (a newer attempt of this task took the id) → never fence it back: stop
+writing and wait for that attempt's marker (`_await_newer_attempt`); other fatal errors (timed out, invalid state)
+→ close the producer and fence again with a new one, check the owner, re-read the marker (a commit may have landed
+although the call failed) and redo only if needed. A producer lives for one attempt and is closed after it, so a
+healthy run never fences itself.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -64,24 +67,30 @@ RETRY_DEADLINE_S = 60.0
 #: its input, and a failure after that fails the task (Spark replays the epoch from its logged offsets).
 RETAIN_BYTES = 256 * 1024 * 1024
 
-_FATAL_CODES = {
-    KafkaError._FENCED,
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    KafkaError.INVALID_TXN_STATE,
-    KafkaError._STATE,
-    KafkaError._TIMED_OUT,
-}
+#: Another holder of the transactional id (a newer attempt of this task) fenced this one's producer.
+FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+_FATAL_CODES = FENCED_CODES | {KafkaError.INVALID_TXN_STATE, KafkaError._STATE, KafkaError._TIMED_OUT}
 
 
 def _retriable(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException) and bool(exc.args and exc.args[0].retriable())
 
 
-def _retry(call: Callable[[], T]) -> T:
-    """The same call again while Kafka says it is retriable (bounded in attempts and in time)."""
+def _retriable_read(exc: BaseException) -> bool:
+    """A read (committed offsets) is retried when Kafka says so, and also after a timeout: `committed()` reports a
+    slow coordinator as `_TIMED_OUT`, which librdkafka does not mark retriable, and a read that gave up must never
+    be taken for "nothing committed"."""
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    error = exc.args[0]
+    return bool(error.retriable()) or error.code() == KafkaError._TIMED_OUT
+
+
+def _retry(call: Callable[[], T], retriable: Callable[[BaseException], bool] = _retriable) -> T:
+    """The same call again while `retriable` says so (Kafka's retriable errors by default; bounded in attempts and
+    in time)."""
     wrapped = retry(
-        retry=retry_if_exception(_retriable),
+        retry=retry_if_exception(retriable),
         stop=stop_after_attempt(8) | stop_after_delay(RETRY_DEADLINE_S),
         wait=wait_exponential(multiplier=0.1, max=2.0),
         reraise=True,
@@ -175,7 +184,8 @@ class TransactionalTask:
                 source.drain()
                 self._forget()
                 return False
-            marker = EpochMarker(self.write.app_id, self.write.checkpoint_id, self.write.epoch).render()
+            write = self.write
+            marker = EpochMarker(write.app_id, write.checkpoint_id, write.epoch, write.ranges).render()
             offsets = [
                 TopicPartition(
                     self.slot.marker_topic, self.slot.marker_partition, self.slot.marker_offset, marker
@@ -193,6 +203,13 @@ class TransactionalTask:
                 except KafkaException as exc:
                     last = exc
                     error = exc.args[0] if exc.args else None
+                    if error is not None and error.code() in FENCED_CODES:
+                        # A newer attempt of this task holds the id: it writes the epoch, this one never fences it
+                        # back (two live attempts would fence each other until both gave up).
+                        self._await_newer_attempt(exc)
+                        source.drain()
+                        self._forget()
+                        return True
                     # Fatal for this producer: fence again with a new one; the commit may have landed.
                     if not self._abort(error) and not self._fence_and_check():
                         source.drain()
@@ -219,24 +236,64 @@ class TransactionalTask:
             )
         )
         self._check_owner()
-        marker = _retry(
-            lambda: read_marker(self.consumer, self.slot.marker_topic, self.slot.marker_partition)
-        )
-        if marker is not None and marker.covers(
-            self.write.app_id, self.write.checkpoint_id, self.write.epoch
-        ):
+        if self._committed():
             self._trace(faults.SKIP)
             return False
         faults.hook("after_marker", self.index)
         return True
 
+    def _committed(self) -> bool:
+        """True when the task's marker records this epoch over its ranges (read stably, retried, never read as
+        absent after an error).
+
+        Raises:
+            CheckpointMismatchError: the marker is of a later epoch, or of this one over other ranges.
+        """
+        slot, write = self.slot, self.write
+        marker = _retry(
+            lambda: read_marker(self.consumer, slot.marker_topic, slot.marker_partition), _retriable_read
+        )
+        where = f"group {slot.marker_group}, {slot.marker_topic}[{slot.marker_partition}]"
+        return marker is not None and marker.committed(
+            write.app_id, write.checkpoint_id, write.epoch, write.ranges, where
+        )
+
+    def _await_newer_attempt(self, cause: KafkaException) -> None:
+        """This attempt's producer was fenced: unless another instance took the app over (`FencedError`), a newer
+        attempt of this task holds the id and writes the epoch. Wait (up to the transaction timeout, after which
+        the broker has ended whatever that attempt left open) until the marker records the epoch.
+
+        Raises:
+            FencedError: another instance owns the app.
+            TransactionError: the newer attempt did not commit the epoch in time (the task fails; the epoch is
+                replayed, and its output is written once).
+        """
+        self._close()
+        self._check_owner()
+        deadline = time.monotonic() + self.write.transaction_timeout_ms / 1000 + CALL_TIMEOUT_S
+        while True:
+            if self._committed():
+                self._trace(faults.SKIP)
+                return
+            if time.monotonic() > deadline:
+                raise TransactionError(
+                    f"{self.txn_id}: epoch {self.write.epoch}: fenced by another attempt of the task ({cause}), "
+                    "which did not commit the epoch within the transaction timeout; the task fails"
+                ) from cause
+            time.sleep(0.2)
+
     def _check_owner(self) -> None:
         sink = self.write.sink
         consumer = group_consumer(sink.bootstrap_servers, owner_group(self.write.app_id), sink.passthrough)
         claim = [TopicPartition(progress_topic(self.write.app_id), 0)]
-        found = _retry(lambda: consumer.committed(claim, timeout=30))
+        found = _retry(lambda: _committed_or_raise(consumer, claim), _retriable_read)
         owner = OwnerClaim.parse(found[0].metadata) if found else None
-        if owner is not None and owner.instance_id != self.write.instance_id:
+        if owner is None:
+            raise FencedError(
+                f"app {self.write.app_id}: the owner claim (group {owner_group(self.write.app_id)}) is gone or "
+                f"unreadable; this instance ({self.write.instance_id}) stops rather than write unclaimed"
+            )
+        if owner.instance_id != self.write.instance_id:
             raise FencedError(
                 f"app {self.write.app_id}: another instance ({owner.instance_id}) took over; this one "
                 f"({self.write.instance_id}) stops"
@@ -274,6 +331,8 @@ class TransactionalTask:
         )
         self.commit_ms = (time.perf_counter() - committing) * 1000
         self._trace(faults.DONE)
+        if attempt == 0:
+            faults.after_commit("phase_one")
 
     def _dead_letters(self) -> Iterator[OutRecord]:
         """The dead letters the read of this task's range left (partition-preserving, `on.error=dlq`): committed in
@@ -321,6 +380,15 @@ class TransactionalTask:
 
     def _trace(self, step: str) -> None:
         faults.trace(self.write.query, self.write.epoch, self.index, step)
+
+
+def _committed_or_raise(consumer: Any, tps: list[TopicPartition]) -> list[TopicPartition]:
+    """`consumer.committed(tps)`, raising a partition's error instead of returning it."""
+    found: list[TopicPartition] = consumer.committed(tps, timeout=30)
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+    return found
 
 
 def write_task(write: EpochWrite, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from ethereal_kafka import faults
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import bounded_call, transactional_producer, with_retries
 from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter
@@ -28,6 +29,7 @@ from ethereal_kafka.connectors.kafka.encoding import OutRecord
 from ethereal_kafka.connectors.kafka.sink import send_records
 from ethereal_kafka.eos.committed import committed_offsets
 from ethereal_kafka.eos.errors import FencedError
+from ethereal_kafka.eos.markers import EpochMarker
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +45,13 @@ _CONNECTION_LOST_CODES = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
 PHASE_TWO_DEADLINE_S = 180.0
 
 
-def marker_covers(
-    app_id: str, source: KafkaSourceConfig, tps: Sequence[TopicPartition], checkpoint: str, epoch: int
-) -> bool:
-    """True when `source`'s group already holds the marker of `epoch` of this checkpoint on one of `tps`.
+def marker_committed(source: KafkaSourceConfig, tps: Sequence[TopicPartition], epoch: EpochMarker) -> bool:
+    """True when `source`'s group already holds the marker `epoch` (its app, checkpoint, epoch and ranges) on one of
+    `tps`.
 
     Raises:
+        CheckpointMismatchError: the group holds a marker of the same checkpoint for a later epoch, or for this
+            epoch over other ranges (Spark's checkpoint is behind Kafka).
         KafkaConnectionError: the read kept failing for phase two's deadline.
     """
     found = committed_offsets(
@@ -59,8 +62,18 @@ def marker_covers(
         attempts=8,
         deadline_s=PHASE_TWO_DEADLINE_S,
     )
-    markers = (offset.marker for offset in found)
-    return any(m is not None and m.covers(app_id, checkpoint, epoch) for m in markers)
+    verdicts = [
+        offset.marker.committed(
+            epoch.app_id,
+            epoch.checkpoint_id,
+            epoch.epoch,
+            epoch.ranges,
+            f"group {source.group}, {offset.topic}[{offset.partition}]",
+        )
+        for offset in found
+        if offset.marker is not None
+    ]
+    return any(verdicts)
 
 
 class PhaseTwo:
@@ -106,11 +119,16 @@ class PhaseTwo:
         consumer: Any,
         tps: list[TopicPartition],
         letters: list[DeadLetter],
+        marker: EpochMarker,
     ) -> None:
         """One transaction of the phase-two producer `txn_id`: the epoch's dead letters of `source` (shuffling
-        queries, `on.error=dlq`), then its end offsets with the marker (`tps` carry both). Every call that waits
+        queries, `on.error=dlq`), then its end offsets with `marker` (`tps` carry both). Every call that waits
         on the broker is bounded (`bounded_call`): after a coordinator restart librdkafka's
         `send_offsets_to_transaction` can block forever, and the epoch must instead go on with a new producer.
+
+        A commit reported failed may have landed (a timeout while the coordinator applied it, a coordinator
+        failover): before every retry the marker is read again, and a retry that finds it committed ends there
+        instead of sending the epoch's dead letters a second time.
 
         Raises:
             FencedError: another instance took the app over.
@@ -118,7 +136,13 @@ class PhaseTwo:
         """
         records = [OutRecord(str(source.dlq_topic), None, d.key, d.value, list(d.headers)) for d in letters]
 
+        tries = 0
+
         def attempt() -> None:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and marker_committed(source, tps, marker):
+                return  # the previous try's commit landed although it was reported failed
             self._producers[txn_id].poll(0)  # serves the client's error events (`_note_client_error`)
             if txn_id in self._stale:
                 self._renew(txn_id, source, "it lost its connection to the brokers")
@@ -132,6 +156,8 @@ class PhaseTwo:
                     lambda: current.send_offsets_to_transaction(tps, metadata, 30),
                 )
                 bounded_call("commit_transaction", lambda: current.commit_transaction(30))
+                if tries == 1:
+                    faults.after_commit("phase_two")
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 unusable = (

@@ -1,8 +1,9 @@
 """Start-up checks of the exactly-once protocol (driver, before any query starts); each refuses with one line
 rather than let a job write wrong output.
 
-Called by `CheckpointCoordinator.prepare`, in this order: the recovery check (`refuse_lost_state`), the transaction
-timeout (`check_transaction_timeout`), each shuffling query's write layout (`eos.layout`), the progress topic
+Called by `CheckpointCoordinator.prepare`, in this order: the recovery checks (`refuse_lost_state`: a stateful
+query without its checkpoint; `check_log_against_kafka`: a checkpoint behind Kafka), the transaction timeout
+(`check_transaction_timeout`), each shuffling query's write layout (`eos.layout`), the progress topic
 (`ensure_progress_topic`); then the claim (`eos.ownership`) and the fencing of the transactional id pool
 (`transactional_pool`, `fence_pool`).
 """
@@ -10,19 +11,22 @@ timeout (`check_transaction_timeout`), each shuffling query's write layout (`eos
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource, NewTopic
 
+from ethereal_kafka.checkpoint.spark_log import CheckpointLogError, checkpoint_id, has_progress, logged_epochs
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, with_retries
 from ethereal_kafka.connectors.kafka.epoch_bounds import check_bounds_fit
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
 from ethereal_kafka.eos.committed import committed_offsets
-from ethereal_kafka.eos.errors import RecoveryError
-from ethereal_kafka.eos.names import phase_two_id, progress_topic, transactional_id
+from ethereal_kafka.eos.errors import CheckpointMismatchError, RecoveryError
+from ethereal_kafka.eos.markers import EpochMarker
+from ethereal_kafka.eos.names import phase_two_id, progress_group, progress_topic, transactional_id
+from ethereal_kafka.eos.task_plan import EpochRanges
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.plan.query import Layout, Query
 
@@ -54,6 +58,88 @@ def refuse_lost_state(app_id: str, location: str, sources: Iterable[KafkaSourceC
                     f"an explicit position (`ethereal-kafka replay {app_id} --from ...`, or "
                     "`replay.from=earliest|timestamp:<ms>|topic:partition:offset,...` in the job file)."
                 )
+
+
+def check_log_against_kafka(
+    app_id: str,
+    query: Query,
+    location: str,
+    sources: Sequence[KafkaSourceConfig],
+    sink_tasks: int,
+    bootstrap: str,
+    passthrough: Mapping[str, str],
+) -> None:
+    """Compare the epoch markers Kafka holds for `query`'s Spark checkpoint with the checkpoint's offset log: every
+    marker of this checkpoint must name an epoch the log still has, over the input ranges the log gives it.
+
+    A checkpoint restored from a backup, a deleted `offsets/N`, or a host crash that lost unsynced checkpoint files
+    leaves Spark's log behind Kafka: Spark would re-plan the epochs Kafka already holds with other bounds, and the
+    tasks would skip records never written (or write some twice). Markers of another checkpoint (a reset) are not
+    this checkpoint's history and are ignored, as everywhere.
+
+    Raises:
+        CheckpointMismatchError: one line naming the query, the group and partition, the epochs and the way out.
+    """
+    if "://" in location or not has_progress(location):
+        return
+    try:
+        checkpoint = checkpoint_id(location)
+    except CheckpointLogError:
+        return
+    logged = logged_epochs(location)
+    last = logged[-1]
+    for where, marker in _markers(app_id, query, sources, sink_tasks, bootstrap, passthrough):
+        if not marker.of(app_id, checkpoint):
+            continue
+        if marker.epoch > last:
+            raise CheckpointMismatchError(
+                f"query {query.name}: Spark's checkpoint {location} is behind Kafka: its offset log ends at epoch "
+                f"{last}, but {where} holds epoch {marker.epoch} of the same checkpoint; epochs {last + 1} to "
+                f"{marker.epoch} were committed over offsets the log no longer has, and re-planning them would lose "
+                f"or repeat output. Restore the checkpoint's files of those epochs (offsets/, commits/), or replay "
+                f"from an explicit position (`ethereal-kafka replay {app_id} --from ...`)"
+            )
+        if marker.ranges is None or marker.epoch not in logged:
+            continue
+        try:
+            logged_ranges = EpochRanges.of(location, marker.epoch, sources).digest
+        except CheckpointLogError:
+            continue
+        if logged_ranges != marker.ranges:
+            raise CheckpointMismatchError(
+                f"query {query.name}: Spark's checkpoint {location} disagrees with Kafka: {where} holds epoch "
+                f"{marker.epoch} of the same checkpoint committed over other input ranges than its offset log now "
+                f"gives that epoch (a checkpoint restored from a backup, or offset log files lost and re-planned). "
+                f"Restore the checkpoint's files of epoch {marker.epoch}, or replay from an explicit position "
+                f"(`ethereal-kafka replay {app_id} --from ...`)"
+            )
+
+
+def _markers(
+    app_id: str,
+    query: Query,
+    sources: Sequence[KafkaSourceConfig],
+    sink_tasks: int,
+    bootstrap: str,
+    passthrough: Mapping[str, str],
+) -> Iterator[tuple[str, EpochMarker]]:
+    """Every epoch marker Kafka holds for `query`: on its sources' groups, and (shuffling) on its progress group;
+    each with where it was read."""
+    for source in sources:
+        resolver = PositionResolver(source)
+        try:
+            tps = resolver.topic_partitions()
+        finally:
+            resolver.close()
+        for offset in committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps):
+            if offset.marker is not None:
+                yield f"group {source.group}, {offset.topic}[{offset.partition}]", offset.marker
+    if query.layout == Layout.SHUFFLING:
+        group, topic = progress_group(app_id, query.name), progress_topic(app_id)
+        parts = [(topic, p) for p in range(sink_tasks)]
+        for offset in committed_offsets(bootstrap, group, passthrough, parts):
+            if offset.marker is not None:
+                yield f"group {group}, {offset.topic}[{offset.partition}]", offset.marker
 
 
 def check_transaction_timeout(

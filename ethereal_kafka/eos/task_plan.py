@@ -8,11 +8,55 @@ sink is named after that sink).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ethereal_kafka.config.connectors import KafkaSinkConfig
+from ethereal_kafka.checkpoint.spark_log import CheckpointLogError, epoch_end_offsets
+from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.encoding import SinkOutput
+from ethereal_kafka.connectors.kafka.offsets import Offsets
+from ethereal_kafka.connectors.kafka.source import pinned_initial_offsets
+from ethereal_kafka.eos.markers import ranges_digest
 from ethereal_kafka.eos.names import transactional_id
+
+
+@dataclass(frozen=True)
+class EpochRanges:
+    """What epoch N of a query reads: each input partition's start and end offset, from Spark's offset log
+    (`offsets/N`, and `offsets/N-1` or the sources' pinned initial offsets for the starts).
+
+    Attributes:
+        starts: Where each partition's range starts (empty when unknown: a purged or foreign log).
+        ends: Where each partition's range ends (exclusive), over every source of the query.
+        per_source: The end offsets as Spark logged them, one per source line.
+    """
+
+    starts: Offsets
+    ends: Offsets
+    per_source: tuple[Offsets, ...]
+
+    @property
+    def digest(self) -> str:
+        """The digest an epoch marker carries (`markers.ranges_digest`)."""
+        return ranges_digest(self.starts, self.ends)
+
+    @classmethod
+    def of(cls, location: str, epoch: int, sources: Iterable[KafkaSourceConfig]) -> EpochRanges:
+        """Epoch `epoch` of the query whose Spark checkpoint is `location`, reading `sources`.
+
+        Raises:
+            CheckpointLogError: `offsets/<epoch>` is missing or malformed.
+        """
+        per_source = tuple(epoch_end_offsets(location, epoch))
+        previous: list[Offsets] = []
+        if epoch > 0:
+            try:
+                previous = epoch_end_offsets(location, epoch - 1)
+            except CheckpointLogError:
+                previous = []
+        else:
+            previous = [pinned for s in sources if (pinned := pinned_initial_offsets(s)) is not None]
+        return cls(Offsets().merged(*previous), Offsets().merged(*per_source), per_source)
 
 
 @dataclass(frozen=True)
@@ -46,6 +90,7 @@ class EpochWrite:
             share one cluster (checked when the query is built), whose connection settings `sink` gives.
         slots: Task i of the epoch's write uses `slots[i]`.
         instance_id: This run of the job; a task that finds another instance's claim stops (FencedError).
+        ranges: The digest of the epoch's input ranges its markers carry (`EpochRanges.digest`).
         dead_letter_topic: Partition-preserving under `on.error=dlq`: where the task commits the dead letters the
             read of its range left (`dead_letters.take`); None otherwise.
     """
@@ -54,6 +99,7 @@ class EpochWrite:
     instance_id: str
     checkpoint_id: str
     epoch: int
+    ranges: str
     query: str
     outputs: tuple[SinkOutput, ...]
     slots: tuple[TaskSlot, ...]

@@ -6,6 +6,10 @@ import pyarrow as pa
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.encoding import SinkOutput
+from ethereal_kafka.connectors.kafka.topics import create_topic
+from ethereal_kafka.eos.markers import OwnerClaim
+from ethereal_kafka.eos.names import progress_topic
+from ethereal_kafka.eos.ownership import read_claim, write_claim
 from ethereal_kafka.eos.phase_one import TransactionalTask
 from ethereal_kafka.eos.task_plan import EpochWrite, TaskSlot
 from ethereal_kafka.serde import SerdeSpec
@@ -22,8 +26,16 @@ def epoch_write(
     epoch: int = 5,
     checkpoint: str = "c1",
     instance_id: str = "test-instance",
+    ranges: str = "0123456789abcdef",
+    claim: bool = True,
 ) -> EpochWrite:
-    """A one-task epoch writing bytes records to `out_topic`, its marker on `marker_topic` partition 0."""
+    """A one-task epoch writing bytes records to `out_topic`, its marker on `marker_topic` partition 0 (`ranges`:
+    the digest of its input ranges). With `claim`, `instance_id` claims the app first (a task writes only for the
+    instance that owns the app), unless the app is claimed already."""
+    if claim:
+        create_topic(bootstrap, progress_topic(app_id), 1)
+        if read_claim(app_id, bootstrap, {}) is None:
+            write_claim(app_id, bootstrap, {}, OwnerClaim(instance_id))
     config = KafkaSinkConfig.from_properties(
         {"name": "out", "bootstrap.servers": bootstrap, "topic": out_topic}, source="test"
     )
@@ -36,6 +48,7 @@ def epoch_write(
         instance_id=instance_id,
         checkpoint_id=checkpoint,
         epoch=epoch,
+        ranges=ranges,
         query="out",
         outputs=(output,),
         slots=(slot,),
@@ -43,11 +56,14 @@ def epoch_write(
     )
 
 
-def commit_attempt(write: EpochWrite, task: int, records: list[tuple[bytes, bytes]]) -> bool:
-    """One attempt of sink task `task` over one Arrow batch of `(key, value)` rows: True when it committed the
-    records, False when it found them committed."""
+def commit_attempt(
+    write: EpochWrite, task: int, records: list[tuple[bytes, bytes]], attempt: TransactionalTask | None = None
+) -> bool:
+    """One attempt of sink task `task` (or `attempt`, to look at it afterwards) over one Arrow batch of
+    `(key, value)` rows: True when it committed the records (or saw them committed by a newer attempt), False when
+    it found them committed."""
     batch = pa.RecordBatch.from_pydict(
         {"key": [k for k, _ in records], "value": [v for _, v in records]},
         schema=pa.schema([("key", pa.binary()), ("value", pa.binary())]),
     )
-    return TransactionalTask(write, task).commit([batch])
+    return (attempt or TransactionalTask(write, task)).commit([batch])

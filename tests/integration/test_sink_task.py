@@ -4,6 +4,7 @@ the same task interleaved at chosen points by the fault hooks (`ethereal_kafka.f
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from ethereal_kafka.eos.errors import FencedError
 from ethereal_kafka.eos.markers import OwnerClaim
 from ethereal_kafka.eos.names import progress_topic
 from ethereal_kafka.eos.ownership import write_claim
+from ethereal_kafka.eos.phase_one import TransactionalTask
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import TopicFactory
 from tests.integration.sink_task_helpers import commit_attempt, epoch_write
@@ -87,8 +89,11 @@ def test_an_older_attempt_cannot_commit_between_a_new_attempts_marker_read_and_i
     if not b_read.reached.wait(20):
         pytest.fail(f"B never read the marker: {results}")
     a_held.release.set()
-    a.join(HOLD_S)
+    # A tries to commit now; fenced by B, it can only wait for B's marker (it never fences B back), so it finishes
+    # after B. Give it the time to try, then let B go on.
+    a.join(5)
     b_read.release.set()
+    a.join(HOLD_S)
     b.join(HOLD_S)
     assert not a.is_alive() and not b.is_alive()
     got = [(r.key, r.value) for r in read_committed(bs, out, timeout_s=10)]
@@ -106,8 +111,8 @@ def test_a_task_of_an_instance_that_was_taken_over_writes_nothing(
     out, marked = topic_factory(partitions=1), topic_factory(partitions=1)
     app = f"owner-{uuid.uuid4().hex[:8]}"
     create_topic(bs, progress_topic(app), 1)
-    old = epoch_write(bs, out, marked, app_id=app, instance_id="instance-a")
-    new = epoch_write(bs, out, marked, app_id=app, instance_id="instance-b")
+    old = epoch_write(bs, out, marked, app_id=app, instance_id="instance-a", claim=False)
+    new = epoch_write(bs, out, marked, app_id=app, instance_id="instance-b", claim=False)
     write_claim(app, bs, {}, OwnerClaim("instance-b"))
     records = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(10)]
     with pytest.raises(FencedError, match="took over"):
@@ -115,3 +120,71 @@ def test_a_task_of_an_instance_that_was_taken_over_writes_nothing(
     assert read_committed(bs, out, timeout_s=3) == []
     assert commit_attempt(new, 0, records) is True
     assert sorted((r.key, r.value) for r in read_committed(bs, out, timeout_s=10)) == sorted(records)
+
+
+def test_a_fenced_attempt_never_fences_the_newer_attempt_back(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, hooks: dict[str, Callable[[int], None]]
+) -> None:
+    """Two live attempts of one task (a resubmitted stage, an executor declared lost but alive): A is inside its
+    transaction when B starts and fences it; B is still inside its own transaction when A goes on and finds itself
+    fenced. A must stop writing and wait for B's marker, not fence B back: a fenced attempt that re-fences aborts the
+    newer one's transaction, and two such attempts fence each other until both give up (which fails the job under
+    local[2]). B commits in its first transaction; A writes nothing; the records are there once."""
+    bs = kafka_cluster.bootstrap
+    out, marked = topic_factory(partitions=1), topic_factory(partitions=1)
+    write = epoch_write(bs, out, marked, app_id=f"oneway-{uuid.uuid4().hex[:8]}")
+    records = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(20)]
+    held = {"A": Gate(), "B": Gate()}
+    threads = threading.local()
+
+    def in_transaction(_task: int) -> None:
+        gate = held.get(getattr(threads, "name", ""))
+        if gate is not None and not gate.reached.is_set():
+            gate.park()
+
+    hooks["in_transaction"] = in_transaction
+    attempts = {name: TransactionalTask(write, 0) for name in held}
+    results: dict[str, object] = {}
+
+    def attempt(name: str) -> None:
+        threads.name = name
+        try:
+            results[name] = commit_attempt(write, 0, records, attempts[name])
+        except Exception as exc:  # reported by the assertions below
+            results[name] = exc
+
+    a = threading.Thread(target=attempt, args=("A",))
+    a.start()
+    assert held["A"].reached.wait(HOLD_S), "A never opened its transaction"
+    b = threading.Thread(target=attempt, args=("B",))
+    b.start()
+    assert held["B"].reached.wait(HOLD_S), f"B never opened its transaction: {results}"
+    held["A"].release.set()  # A goes on: its producer was fenced by B's start
+    time.sleep(3)  # A meets the fence (it either waits for B's marker, or fences B back)
+    held["B"].release.set()
+    a.join(HOLD_S)
+    b.join(HOLD_S)
+    assert not a.is_alive() and not b.is_alive()
+    assert results == {"A": True, "B": True}, results
+    assert attempts["B"].commit_ms is not None, "the newer attempt B committed its own transaction"
+    assert attempts["A"].commit_ms is None, "the fenced attempt A never committed (it never fenced B back)"
+    got = [(r.key, r.value) for r in read_committed(bs, out, timeout_s=10)]
+    assert sorted(got) == sorted(records), f"each record exactly once (got {len(got)} for {len(records)})"
+
+
+def test_a_commit_reported_failed_after_it_landed_is_not_written_again(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`commit_transaction` returned, then the task is told it failed (`_TIMED_OUT`, what a timeout while the
+    coordinator applied the commit looks like): the task must re-read its marker after fencing again, find the
+    epoch committed, and not produce it a second time."""
+    monkeypatch.setenv(faults.FAIL_AFTER_COMMIT_ENV, "phase_one")
+    bs = kafka_cluster.bootstrap
+    out, marked = topic_factory(partitions=1), topic_factory(partitions=1)
+    write = epoch_write(bs, out, marked, app_id=f"landed-{uuid.uuid4().hex[:8]}")
+    records = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(15)]
+    task = TransactionalTask(write, 0)
+    assert commit_attempt(write, 0, records, task) is True
+    assert task.commit_ms is not None, "the first transaction committed (then was reported failed)"
+    got = [(r.key, r.value) for r in read_committed(bs, out, timeout_s=10)]
+    assert sorted(got) == sorted(records), f"each record exactly once (got {len(got)} for {len(records)})"

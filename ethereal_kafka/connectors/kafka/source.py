@@ -20,7 +20,6 @@ Contract with Spark (see SPARK-NOTES.md):
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter
 from ethereal_kafka.connectors.kafka.decoding import DecodeStats, SourceLayout, decode_batches
 from ethereal_kafka.connectors.kafka.epoch_bounds import measured, records_bound
 from ethereal_kafka.connectors.kafka.offsets import (
+    Offsets,
     SourceOffset,
     TopicPartitionKey,
     from_flat,
@@ -63,6 +63,7 @@ from ethereal_kafka.connectors.table_pins import (
     topics_only,
 )
 from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.paths import write_durably
 
 #: The row limit of a source bounded by bytes only (the byte budget then sets each epoch's bound).
 _UNLIMITED_ROWS = 2**31 - 1
@@ -72,6 +73,18 @@ def initial_offsets_file(config: KafkaSourceConfig) -> str:
     """The name of the file pinning a source's initial offsets in `<checkpoint>/sources/ethereal-kafka/`: one per
     source and consumer group, so queries reading one source with their own groups pin their own."""
     return f"initial-offsets-{config.name}@{config.group}.json"
+
+
+def pinned_initial_offsets(config: KafkaSourceConfig) -> Offsets | None:
+    """The initial offsets a query's first epoch started from, as the source pinned them in its checkpoint (see
+    `KafkaStreamReader.initialOffset`); None when not pinned (no checkpoint location, or not yet asked)."""
+    if not config.checkpoint_location:
+        return None
+    pinned = Path(config.checkpoint_location) / "ethereal-kafka" / initial_offsets_file(config)
+    try:
+        return Offsets.from_json(json.loads(pinned.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -160,10 +173,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return cast(SourceOffset, json.loads(pinned.read_text(encoding="utf-8")))
         offsets = from_flat(self.resolver.initial())
         if pinned is not None:
-            pinned.parent.mkdir(parents=True, exist_ok=True)
-            partial = pinned.with_suffix(".partial")
-            partial.write_text(json.dumps(offsets), encoding="utf-8")
-            os.replace(partial, pinned)
+            # Durable: the first epoch's input ranges (and their digest in the epoch markers) start here.
+            write_durably(pinned, json.dumps(offsets))
         return offsets
 
     def _pinned_initial_path(self) -> Path | None:
