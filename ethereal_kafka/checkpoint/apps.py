@@ -98,6 +98,8 @@ class RunRecord:
         started_ms: Wall-clock start, epoch milliseconds.
         groups: Per source name, the consumer groups the job's queries commit its offsets to (a source read by
             several queries has one group per query: `<group>.<query>`); empty = each source's own group.
+        pool: Per cluster (bootstrap servers), the transactional ids the run may use (recorded once the coordinator
+            knows them): `replay` fences them, so no zombie of the run commits after the reset.
     """
 
     app_id: str
@@ -108,6 +110,7 @@ class RunRecord:
     pid: int
     started_ms: int
     groups: dict[str, list[str]] = field(default_factory=dict)
+    pool: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """One JSON object; `from_json` reads it back equal."""
@@ -123,7 +126,12 @@ class RunRecord:
         return from_json_object(cls, text, "run record")
 
 
-def record_run(loaded: LoadedJob, instance_id: str, groups: dict[str, list[str]] | None = None) -> RunRecord:
+def record_run(
+    loaded: LoadedJob,
+    instance_id: str,
+    groups: dict[str, list[str]] | None = None,
+    pool: dict[str, list[str]] | None = None,
+) -> RunRecord:
     """Write the run record of `loaded`'s app (atomically: a reader sees the old or the new record, whole).
 
     Called by the runner at start, before the coordinator claims the app, so the claim it commits is always one
@@ -140,6 +148,7 @@ def record_run(loaded: LoadedJob, instance_id: str, groups: dict[str, list[str]]
         pid=os.getpid(),
         started_ms=int(time.time() * 1000),
         groups={name: sorted(set(found)) for name, found in (groups or {}).items()},
+        pool={cluster: sorted(set(ids)) for cluster, ids in (pool or {}).items()},
     )
     folder = app_dir(record.app_id)
     folder.mkdir(parents=True, exist_ok=True)

@@ -102,8 +102,14 @@ def run(args: argparse.Namespace) -> int:
                 f"app {app.app_id}: its committed offsets moved since the plan was shown; run it again"
             )
         sink = app.sink
+        record = read_run_record(app.app_id)
         outcome = apply_replay(
-            current, app.sources, app.checkpoint_root, sink.bootstrap_servers, sink.passthrough
+            current,
+            app.sources,
+            app.checkpoint_root,
+            sink.bootstrap_servers,
+            sink.passthrough,
+            pool=record.pool if record is not None and record.pool else None,
         )
     print(render_outcome(app.app_id, outcome))
     return 0
@@ -127,6 +133,8 @@ def render_plan(plan: ReplayPlan) -> str:
 def render_outcome(app_id: str, outcome: ReplayOutcome) -> str:
     """What was changed, one line each."""
     lines = ["committed the new offsets (with a replay marker) to the app's consumer group(s)"]
+    if outcome.fenced:
+        lines.insert(0, f"claimed the app and fenced the last run's {outcome.fenced} transactional id(s)")
     if outcome.moved_to is not None:
         lines.append(
             f"moved the old Spark checkpoint aside to {outcome.moved_to} (delete it when no longer needed)"

@@ -17,7 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource, NewTopic
 
-from ethereal_kafka.checkpoint.spark_log import CheckpointLogError, checkpoint_id, has_progress, logged_epochs
+from ethereal_kafka.checkpoint.spark_log import (
+    CheckpointLogError,
+    checkpoint_id,
+    has_progress,
+    logged_epochs,
+    uncommitted_epoch,
+)
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, with_retries
 from ethereal_kafka.connectors.kafka.epoch_bounds import check_bounds_fit
@@ -113,6 +119,30 @@ def check_log_against_kafka(
                 f"Restore the checkpoint's files of epoch {marker.epoch}, or replay from an explicit position "
                 f"(`ethereal-kafka replay {app_id} --from ...`)"
             )
+
+
+def half_committed_epoch(
+    app_id: str,
+    query: Query,
+    location: str,
+    sources: Sequence[KafkaSourceConfig],
+    sink_tasks: int,
+    bootstrap: str,
+    passthrough: Mapping[str, str],
+) -> int | None:
+    """The epoch Spark logged but did not commit, when Kafka holds any marker of it written under `query`'s layout
+    (some of its tasks, or its phase two, committed); None otherwise."""
+    epoch = uncommitted_epoch(location)
+    if epoch is None:
+        return None
+    try:
+        checkpoint = checkpoint_id(location)
+    except CheckpointLogError:
+        return None
+    for _, marker in _markers(app_id, query, sources, sink_tasks, bootstrap, passthrough):
+        if marker.of(app_id, checkpoint) and marker.epoch == epoch:
+            return epoch
+    return None
 
 
 def _markers(
