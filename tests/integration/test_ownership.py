@@ -98,3 +98,36 @@ def test_a_claim_that_is_gone_stops_the_tasks_instead_of_passing_them(
     write = epoch_write(bs, out, marked, app, instance_id="instance-a", claim=False)
     with pytest.raises(FencedError, match="is gone or unreadable"):
         commit_attempt(write, 0, [(b"k", b"v")])
+
+
+def test_a_claim_from_another_host_blocks_a_start_until_its_lease_lapses(
+    kafka_cluster: KafkaCluster, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An instance on another host whose heartbeat is recent runs the app: a start here is refused in one line
+    naming it. Once its heartbeat is older than the lease, it is gone and the start goes on, claiming the app with
+    a newer generation (which fences the old claimant for good)."""
+    from ethereal_kafka.checkpoint.errors import AppRunningError
+    from ethereal_kafka.eos import ownership
+
+    bs = kafka_cluster.bootstrap
+    app = f"lease-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, progress_topic(app), 1)
+    there = ClaimWriter(app, bs, {}, OwnerClaim("instance-x", "another-host", 11, int(time.time() * 1000)))
+    old = there.commit()
+    here = InstanceGuard(app, bs, {}, "instance-y", wait_s=1)
+    with pytest.raises(
+        AppRunningError, match="already running: instance instance-x on host another-host"
+    ) as e:
+        here.acquire()
+    assert "\n" not in str(e.value)
+    monkeypatch.setattr(ownership, "LEASE_S", 1.0)
+    time.sleep(1.5)
+    here.acquire()
+    try:
+        claimed = here.writer.commit()
+        assert claimed.generation == old.generation + 1
+        with pytest.raises(FencedError, match="newer instance claimed the app"):
+            there.commit()  # the lapsed owner's late heartbeat
+    finally:
+        there.close()
+        here.release()
