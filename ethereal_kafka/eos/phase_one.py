@@ -172,6 +172,7 @@ class TransactionalTask:
         self.dead_lettered = 0
         self._producer: Producer | None = None
         self._too_large: list[tuple[str, bytes | None, bytes | None, str]] = []
+        self._began = time.monotonic()  # when the current transaction began
 
     def commit(self, batches: Iterable[pa.RecordBatch]) -> bool:
         """Commit the records of `batches` with the marker; returns False when the epoch was committed before
@@ -213,9 +214,11 @@ class TransactionalTask:
                     if self._too_large:
                         topic, key, value, cause = self._too_large[0]
                         raise too_large(topic, key, value, self._where(), cause) from exc
-                    if error is not None and error.code() in FENCED_CODES:
-                        # A newer attempt of this task holds the id: it writes the epoch, this one never fences it
-                        # back (two live attempts would fence each other until both gave up).
+                    if error is not None and error.code() in FENCED_CODES and not self._outlived_timeout():
+                        # A newer attempt of this task holds the id (the broker's own abort of a transaction that
+                        # outlived its timeout bumps the epoch too, but only once the timeout passed): it writes
+                        # the epoch, and this one never fences it back (two live attempts would fence each other
+                        # until both gave up).
                         self._await_newer_attempt(exc)
                         source.drain()
                         self._forget()
@@ -268,6 +271,11 @@ class TransactionalTask:
             write.app_id, write.checkpoint_id, write.epoch, write.ranges, where
         )
 
+    def _outlived_timeout(self) -> bool:
+        """True when this attempt's transaction has been open for the transaction timeout: then the broker may have
+        aborted it (and fenced the producer) itself, and fencing again is the way on."""
+        return time.monotonic() - self._began >= self.write.transaction_timeout_ms / 1000
+
     def _await_newer_attempt(self, cause: KafkaException) -> None:
         """This attempt's producer was fenced: unless another instance took the app over (`FencedError`), a newer
         attempt of this task holds the id and writes the epoch. Wait (up to the transaction timeout, after which
@@ -317,6 +325,7 @@ class TransactionalTask:
         producer = self._producer
         assert producer is not None
         producer.begin_transaction()
+        self._began = time.monotonic()
         self._trace(faults.OPEN)
         # A failed delivery fails the commit (an abortable error); the callback only keeps the deliveries the broker
         # refused for their size, which no retry can fix (`_refused_for_size`).
