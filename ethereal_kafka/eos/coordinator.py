@@ -41,6 +41,7 @@ from ethereal_kafka.eos.names import phase_two_id
 from ethereal_kafka.eos.ownership import ClaimWriter, describe, read_claim
 from ethereal_kafka.eos.phase_two import PhaseTwo, marker_committed
 from ethereal_kafka.eos.startup import (
+    QueryMarkers,
     check_log_against_kafka,
     check_transaction_timeout,
     ensure_progress_topic,
@@ -134,15 +135,7 @@ class CheckpointCoordinator:
         for name, query in self.queries.items():
             if query.stateful and not replaying and not has_progress(self.location(name)):
                 refuse_lost_state(self.app_id, self.location(name), self.query_sources(name))
-            check_log_against_kafka(
-                self.app_id,
-                query,
-                self.location(name),
-                self.query_sources(name),
-                self.job.sink_tasks,
-                self.bootstrap,
-                self.passthrough,
-            )
+            check_log_against_kafka(self._markers(query))
         if exactly_once:
             check_transaction_timeout(
                 self.job.transaction_timeout_ms,
@@ -181,16 +174,21 @@ class CheckpointCoordinator:
             recorded = read_layout(location)
             in_flight = None
             if recorded is not None and recorded.layout != query.layout:
-                in_flight = half_committed_epoch(
-                    self.app_id,
-                    dataclasses.replace(query, layout=Layout(recorded.layout)),
-                    location,
-                    self.query_sources(name),
-                    recorded.sink_tasks or self.job.sink_tasks,
-                    self.bootstrap,
-                    self.passthrough,
-                )
+                old = dataclasses.replace(query, layout=Layout(recorded.layout))
+                in_flight = half_committed_epoch(self._markers(old, recorded.sink_tasks))
             check_or_record_layout(name, location, current, in_flight)
+
+    def _markers(self, query: Query, sink_tasks: int = 0) -> QueryMarkers:
+        """Where `query`'s markers live (`sink_tasks`: its progress partitions, when other than the job's)."""
+        return QueryMarkers(
+            self.app_id,
+            query,
+            self.location(query.name),
+            tuple(self.query_sources(query.name)),
+            sink_tasks or self.job.sink_tasks,
+            self.bootstrap,
+            self.passthrough,
+        )
 
     def query_sources(self, query: str) -> list[KafkaSourceConfig]:
         """The sources `query` reads (its own configs when it has them, else every source of the job)."""
