@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
-from ethereal_kafka.connectors.kafka.clients import new_admin, new_consumer, new_producer
+from ethereal_kafka.connectors.kafka.clients import new_consumer, new_producer
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
+from ethereal_kafka.connectors.kafka.reach import reach
+from ethereal_kafka.errors import KafkaConnectionError
 from ethereal_kafka.serde import SerdeSpec, build_codec
 
 
@@ -76,41 +78,21 @@ def check_topics(
         bootstrap: The connectors' `bootstrap.servers`.
         topics: Per connector file, the topics it reads or writes.
         passthrough: `kafka.*` settings of one of those connectors (security settings reach the cluster).
-        timeout_s: How long the cluster may take to answer the one metadata request.
+        timeout_s: How long the cluster may take to answer the one metadata request (a refused connection fails
+            in about a second: `reach.reach`).
 
-    Called by `ethereal-kafka validate --connect`. Bounded by `timeout_s`; never raises. librdkafka's own log lines
-    go to `clients.librdkafka_logger()`, not the terminal: the returned lines name the file, the topic and the address.
+    Called by `ethereal-kafka validate --connect` and by `run` before Spark starts. Bounded by `timeout_s`; never
+    raises. librdkafka's own log lines go to `clients.librdkafka_logger()`, not the terminal: the returned lines name
+    the file, the topic and the address.
     """
-    from confluent_kafka import KafkaException
-
-    settings: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "socket.connection.setup.timeout.ms": str(int(timeout_s * 1000)),
-        **(passthrough or {}),
-    }
-    admin = new_admin(settings)
     try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
-    except KafkaException as exc:
+        existing = set(reach(bootstrap, passthrough, timeout_s).topics)
+    except KafkaConnectionError as exc:
         files = ", ".join(str(f) for f in topics)
-        return [f"{files}: Kafka at {bootstrap} did not answer within {timeout_s:g} s ({exc.args[0]})"]
-    finally:
-        serve_logs(admin)
+        return [f"{files}: {exc}"]
     return [
         f"{file}: topic {topic!r} does not exist at {bootstrap}"
         for file, names in topics.items()
         for topic in names
         if topic not in existing
     ]
-
-
-def serve_logs(client: Any, most: int = 1000) -> None:
-    """Hand the log lines librdkafka queued for `client` to its logger (`clients.librdkafka_logger()`) now.
-
-    A client's log lines wait on its queue until something polls it; a metadata request refused at once
-    (connection refused) returns before any poll, and the lines (`Connect to ipv4#... failed`) would be lost with
-    the client. Never blocks: serves what is queued, at most `most` events.
-    """
-    for _ in range(most):
-        if not client.poll(0):
-            return
