@@ -8,16 +8,21 @@ answers and the topics exist (`check_topics`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
+from ethereal_kafka.config.model import close_matches, did_you_mean
 from ethereal_kafka.connectors.kafka.clients import new_consumer, new_producer
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
+from ethereal_kafka.connectors.kafka.librdkafka_properties import known_properties
 from ethereal_kafka.connectors.kafka.reach import reach
 from ethereal_kafka.errors import KafkaConnectionError
 from ethereal_kafka.serde import SerdeSpec, build_codec
+
+_NO_SUCH_PROPERTY = re.compile(r'No such configuration property: "([^"]+)"')
 
 
 def check_connector(config: KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig) -> None:
@@ -48,7 +53,8 @@ def check_client_settings(
 
     A client of the connector's kind (a consumer for sources and tables, a producer for sinks) is constructed with
     the settings and closed at once, before any request is sent: librdkafka refuses an unknown property
-    (`kafka.linger.mss`) or a bad value while it parses the configuration, long before a run would meet it.
+    (`kafka.linger.mss`) or a bad value while it parses the configuration, long before a run would meet it. An
+    unknown property gets a did-you-mean naming the closest properties librdkafka knows (at most three).
     Called by `ethereal-kafka validate` and by `run` before Spark starts (`runtime.preflight`). Never raises.
     """
     from confluent_kafka import KafkaException
@@ -62,8 +68,18 @@ def check_client_settings(
     except KafkaException as exc:
         error = exc.args[0]
         reason = error.str() if hasattr(error, "str") else str(error)
-        return f"{file}: librdkafka rejects the kafka.* settings: {reason}"
+        return f"{file}: librdkafka rejects the kafka.* settings: {reason}{_did_you_mean(reason)}"
     return None
+
+
+def _did_you_mean(reason: str) -> str:
+    """` (did you mean kafka.X?)` for librdkafka's `No such configuration property: "X"`, naming the closest
+    properties it knows (`librdkafka_properties`); empty for any other refusal."""
+    unknown = _NO_SUCH_PROPERTY.search(reason)
+    if unknown is None:
+        return ""
+    matches = close_matches(unknown.group(1), known_properties())
+    return did_you_mean([f"kafka.{name}" for name in matches])
 
 
 def check_topics(
