@@ -68,18 +68,18 @@ def check_client_settings(
     except KafkaException as exc:
         error = exc.args[0]
         reason = error.str() if hasattr(error, "str") else str(error)
-        return f"{file}: librdkafka rejects the kafka.* settings: {reason}{_did_you_mean(reason)}"
+        return f"{file}: librdkafka rejects the kafka.* settings: {reason}{property_suggestion(reason)}"
     return None
 
 
-def _did_you_mean(reason: str) -> str:
+def property_suggestion(reason: str, prefix: str = "kafka.") -> str:
     """` (did you mean kafka.X?)` for librdkafka's `No such configuration property: "X"`, naming the closest
-    properties it knows (`librdkafka_properties`); empty for any other refusal."""
+    properties it knows (`librdkafka_properties`), each after `prefix`; empty for any other refusal."""
     unknown = _NO_SUCH_PROPERTY.search(reason)
     if unknown is None:
         return ""
     matches = close_matches(unknown.group(1), known_properties())
-    return did_you_mean([f"kafka.{name}" for name in matches])
+    return did_you_mean([f"{prefix}{name}" for name in matches])
 
 
 def check_topics(
