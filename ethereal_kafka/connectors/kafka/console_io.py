@@ -2,7 +2,8 @@
 
 `produce_records` sends records with an idempotent producer (each record is visible once acknowledged), or, with
 `transactional`, in one transaction: every record of the input becomes visible at once, or none does (a bad line,
-a failed delivery or an interrupted run aborts it; a read_committed reader never sees any of it).
+a failed delivery or an interrupted run aborts it; a read_committed reader never sees any of it). Either way, once
+it returns a read_committed reader sees every record it sent.
 
 `consume_records` reads with manual assignment and commits nothing (no consumer group is joined or changed). It
 starts at a position per partition (`console.Start`) and ends where the topic ended when it started (for a
@@ -19,9 +20,10 @@ from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
-from ethereal_kafka.connectors.kafka.clients import new_consumer, new_producer
+from ethereal_kafka.connectors.kafka.clients import admin_client, new_consumer, new_producer
 from ethereal_kafka.connectors.kafka.console import ConsoleRecord, Start
 from ethereal_kafka.connectors.kafka.errors import ProduceError, RecordInputError, TopicError
 from ethereal_kafka.connectors.kafka.sink import produce_one
@@ -76,10 +78,13 @@ def produce_records(
     producer = new_producer(conf)
     partitions = _partitions(producer, topic, bootstrap)
     errors: list[str] = []
+    last: dict[int, int] = {}  # per partition, the highest offset acknowledged
 
-    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             errors.append(err.str())
+        else:
+            last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
 
     sent = 0
     try:
@@ -116,7 +121,9 @@ def produce_records(
     except KafkaException as exc:
         raise ProduceError(f"produce to {topic} at {bootstrap}: {exc.args[0].str()}") from exc
     if transactional:
-        return _commit(producer, topic, sent, errors)
+        done = _commit(producer, topic, sent, errors)
+        _wait_visible(bootstrap, settings or {}, topic, last)
+        return done
     remaining = producer.flush(REQUEST_TIMEOUT_S)
     if remaining or errors:
         first = errors[0] if errors else f"{remaining} not acknowledged within {REQUEST_TIMEOUT_S:g} s"
@@ -154,6 +161,26 @@ def _commit(producer: Any, topic: str, sent: int, errors: list[str]) -> Produced
             f"produce to {topic}: the transaction of {sent} record(s) did not commit: {exc}"
         ) from exc
     return Produced(sent, True)
+
+
+def _wait_visible(bootstrap: str, settings: Mapping[str, str], topic: str, last: Mapping[int, int]) -> None:
+    """Wait until a read_committed reader can read up to every acknowledged offset: the broker writes a committed
+    transaction's markers after the commit returns, so a reader started at once could still stop short of them
+    (its last stable offset). Gives up quietly after `REQUEST_TIMEOUT_S`: the records are committed either way."""
+    wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in last}
+    admin = admin_client(bootstrap, settings)
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    while wanted and time.monotonic() < deadline:
+        try:
+            futures = admin.list_offsets(
+                wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10
+            )
+            stable = {tp.partition: future.result().offset for tp, future in futures.items()}
+        except KafkaException:
+            return
+        if all(stable.get(p, -1) > offset for p, offset in last.items()):
+            return
+        time.sleep(0.02)
 
 
 def _abort(producer: Any) -> None:
