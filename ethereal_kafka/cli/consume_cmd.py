@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         args.follow,
         args.timeout,
     )
-    count = 0
+    count, code = 0, 0
     with contextlib.closing(records):
         try:
             for record in records:
@@ -94,5 +94,7 @@ def run(args: argparse.Namespace) -> int:
                 count += 1
         except BrokenPipeError:  # `consume ... | head`: the reader left
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except KeyboardInterrupt:  # Ctrl-C ends a --follow: say how many came, exit as interrupted
+            code = 130
     print(f"{count} record(s) from {args.topic} ({args.isolation})", file=sys.stderr)
-    return 0
+    return code

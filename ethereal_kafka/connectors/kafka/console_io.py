@@ -64,73 +64,107 @@ def produce_records(
         ProduceError: a delivery or the commit failed.
         KafkaConnectionError: the cluster did not answer.
     """
-    conf: dict[str, Any] = {
-        "log_level": "3",
-        "enable.idempotence": "true",
-        "acks": "all",
-        "linger.ms": "5",
-        **(settings or {}),
-        "bootstrap.servers": bootstrap,
-    }
-    if transactional:
-        conf["transactional.id"] = f"ethereal-kafka-produce-{uuid.uuid4().hex[:16]}"
-        conf["transaction.timeout.ms"] = str(TRANSACTION_TIMEOUT_MS)
-    producer = new_producer(conf)
-    partitions = _partitions(producer, topic, bootstrap)
-    errors: list[str] = []
-    last: dict[int, int] = {}  # per partition, the highest offset acknowledged
-
-    def on_delivery(err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            errors.append(err.str())
-        else:
-            last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
-
-    sent = 0
+    sending = _Sending(bootstrap, topic, settings or {}, transactional)
     try:
-        if transactional:
-            producer.init_transactions(REQUEST_TIMEOUT_S)
-            producer.begin_transaction()
-        for record in records:
-            if record.partition is not None and record.partition not in partitions:
-                raise TopicError(
-                    f"topic {topic} has no partition {record.partition} (it has {len(partitions)})"
-                )
-            produce_one(
-                producer,
-                topic,
-                record.key,
-                record.value,
-                record.partition,
-                list(record.headers),
-                on_delivery,
-                record.timestamp_ms,
-            )
-            sent += 1
-            producer.poll(0)
+        sending.send(records)
     except (RecordInputError, TopicError, KeyboardInterrupt) as exc:
-        if transactional:
-            _abort(producer)
-            what = f"nothing produced: the transaction of the {sent} record(s) before it was aborted"
-        else:
-            producer.flush(REQUEST_TIMEOUT_S)
-            what = f"the {sent} record(s) before it were produced"
+        what = sending.stop()
         if isinstance(exc, RecordInputError):
             raise RecordInputError(f"{exc} ({what})") from exc
         raise
     except KafkaException as exc:
+        sending.stop()
         raise ProduceError(f"produce to {topic} at {bootstrap}: {exc.args[0].str()}") from exc
-    if transactional:
-        done = _commit(producer, topic, sent, errors)
-        _wait_visible(bootstrap, settings or {}, topic, last)
-        return done
-    remaining = producer.flush(REQUEST_TIMEOUT_S)
-    if remaining or errors:
-        first = errors[0] if errors else f"{remaining} not acknowledged within {REQUEST_TIMEOUT_S:g} s"
-        raise ProduceError(
-            f"produce to {topic}: {sent - remaining - len(errors)} of {sent} acknowledged; {first}"
+    return sending.finish()
+
+
+class _Sending:
+    """One `produce_records` call: its producer, the records sent, and what the cluster acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, settings: Mapping[str, str], transactional: bool) -> None:
+        conf: dict[str, Any] = {
+            "log_level": "3",
+            "enable.idempotence": "true",
+            "acks": "all",
+            "linger.ms": "5",
+            **settings,
+            "bootstrap.servers": bootstrap,
+        }
+        if transactional:
+            conf["transactional.id"] = f"ethereal-kafka-produce-{uuid.uuid4().hex[:16]}"
+            conf["transaction.timeout.ms"] = str(TRANSACTION_TIMEOUT_MS)
+        self.bootstrap, self.topic, self.settings, self.transactional = (
+            bootstrap,
+            topic,
+            settings,
+            transactional,
         )
-    return Produced(sent, False)
+        self.producer = new_producer(conf)
+        self.partitions = _partitions(self.producer, topic, bootstrap)
+        self.sent = 0
+        self.errors: list[str] = []
+        self.last: dict[int, int] = {}  # per partition, the highest offset acknowledged
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(err.str())
+        else:
+            self.last[msg.partition()] = max(self.last.get(msg.partition(), -1), msg.offset())
+
+    def send(self, records: Iterable[ConsoleRecord]) -> None:
+        """Send every record (in a transaction begun here, when transactional); acknowledgements come later."""
+        if self.transactional:
+            self.producer.init_transactions(REQUEST_TIMEOUT_S)
+            self.producer.begin_transaction()
+        for record in records:
+            if record.partition is not None and record.partition not in self.partitions:
+                raise TopicError(
+                    f"topic {self.topic} has no partition {record.partition} (it has {len(self.partitions)})"
+                )
+            headers = list(record.headers)
+            produce_one(
+                self.producer,
+                self.topic,
+                record.key,
+                record.value,
+                record.partition,
+                headers,
+                self._delivered,
+                record.timestamp_ms,
+            )
+            self.sent += 1
+            self.producer.poll(0)
+
+    def stop(self) -> str:
+        """After a bad input: abort the transaction, or deliver what was sent; returns what became of it."""
+        if self.transactional:
+            _abort(self.producer)
+            return f"nothing produced: the transaction of the {self.sent} record(s) before it was aborted"
+        self.producer.flush(REQUEST_TIMEOUT_S)
+        return f"the {self.sent} record(s) before it were produced"
+
+    def finish(self) -> Produced:
+        """Wait for every acknowledgement (and commit the transaction, then wait until readers see it).
+
+        Raises:
+            ProduceError: a delivery failed or was not acknowledged in time, or the commit failed.
+        """
+        if self.transactional:
+            done = _commit(self.producer, self.topic, self.sent, self.errors)
+            _wait_visible(self.bootstrap, self.settings, self.topic, self.last)
+            return done
+        remaining = self.producer.flush(REQUEST_TIMEOUT_S)
+        if remaining or self.errors:
+            first = (
+                self.errors[0]
+                if self.errors
+                else f"{remaining} not acknowledged within {REQUEST_TIMEOUT_S:g} s"
+            )
+            acknowledged = self.sent - remaining - len(self.errors)
+            raise ProduceError(
+                f"produce to {self.topic}: {acknowledged} of {self.sent} acknowledged; {first}"
+            )
+        return Produced(self.sent, False)
 
 
 def _partitions(client: Any, topic: str, bootstrap: str) -> set[int]:
