@@ -18,7 +18,7 @@ from typing import Any
 
 from ethereal_kafka.checkpoint.apps import exclusive_run_lock, read_run_record
 from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
-from ethereal_kafka.cli.app_job import AppJob, add_app_arguments, format_table, resolve_app
+from ethereal_kafka.cli.app_job import AppJob, add_app_arguments, format_table, reach_clusters, resolve_app
 from ethereal_kafka.eos.committed import owner_claim
 from ethereal_kafka.eos.replay import (
     ReplayOutcome,
@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     """
     start = ReplayStart.parse(args.start)
     app = resolve_app(args)
+    reach_clusters(app)  # a cluster that is not there fails in about a second
     plan = plan_replay(app.app_id, app.sources, start)
     print(render_plan(plan))
     if args.into:
