@@ -20,6 +20,7 @@ import pyarrow as pa
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN
+from ethereal_kafka.plan.conform import describe_origin
 from ethereal_kafka.plan.pyfuncs import PyStage, UserFunctionError
 from ethereal_kafka.plan.schema import (
     KEY,
@@ -219,8 +220,10 @@ class FanOut:
                     else current
                 )
                 assert op.function is not None
+                fields = tuple(f.name for f in current)
+                defaulted = not op.output_type and op.kind != "filter"
                 stages.append(
-                    PyStage(op.label, op.kind, op.function, tuple(f.name for f in current), out, (), ())
+                    PyStage(op.label, op.kind, op.function, fields, out, (), (), defaulted=defaulted)
                 )
                 current = out
             specs.append((branch.tag, tuple(stages), current))
@@ -250,7 +253,7 @@ class FanOut:
                     start = (
                         row[side_column(tag)] if tag is not None else {f: row[f] for f in self.main_fields}
                     )
-                    for element in _run(stages, start):
+                    for element in _run(stages, start, row):
                         out[SINK_INDEX_COLUMN].append(i)
                         if self.key_type is not None:
                             out[KEY].append(row.get(KEY))
@@ -262,16 +265,25 @@ class FanOut:
                 yield pa.RecordBatch.from_pydict(out, schema=schema)
 
 
-def _run(stages: tuple[PyStage, ...], element: dict[str, Any]) -> list[dict[str, Any]]:
+def _run(stages: tuple[PyStage, ...], element: dict[str, Any], row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The elements a branch's stages make of `element` (each checked against its stage's output type; `row`: the
+    fork's row, whose source position, when it has one, names the record in messages)."""
+
+    def origin() -> str:
+        return describe_origin("", row.get(PART), row.get(OFFSET))
+
     elements = [element]
     for stage in stages:
         produced: list[dict[str, Any]] = []
         for item in elements:
             try:
-                produced += stage._call(item, [])
+                made = stage._call(item)
             except UserFunctionError:
                 raise
             except Exception as exc:
-                raise UserFunctionError(f"{stage.label} failed: {exc!r}") from exc
+                raise UserFunctionError(
+                    f"{stage.label} failed on the element from {origin()}: {exc!r}"
+                ) from exc
+            produced += [stage.conform(e, origin) for e in made]
         elements = produced
     return elements

@@ -19,9 +19,9 @@ timers; processing-time timers raise `KeyedStateError` at registration, since ep
 processing-time timers fire on time; event-time timers are emulated by polling (see `timers`), which needs a
 watermarked input. `auto` is `event` on a watermarked stream, else `processing`.
 
-Outputs: main elements (dicts of the main output's fields; missing fields are null, others are dropped) with the
-element's event time (an element's output) or the timer's time (an event-time timer's output; a processing-time
-timer's output has none), and side outputs via `ctx.output(tag, value)` in `__tag`/`__side_<tag>`.
+Outputs: main elements (dicts of exactly the main output's fields, checked by `plan.conform`) with the element's
+event time (an element's output) or the timer's time (an event-time timer's output; a processing-time timer's output
+has none), and side outputs via `ctx.output(tag, value)` in `__tag`/`__side_<tag>`.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from ethereal_kafka.api.functions import KeyedContext, TimerService
 from ethereal_kafka.api.tags import OutputTag
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.plan.conform import Mismatch, describe_origin
 from ethereal_kafka.plan.operators.base import OutputLayout, millis, sorted_rows, timestamp, user_element
 from ethereal_kafka.plan.operators.keyed_state import (
     CELL,
@@ -63,8 +64,9 @@ class ProcessSpec:
         mode: `event` or `processing` (already resolved from `auto`).
         event_time: The input is watermarked (event-time timers allowed).
         key_fields: The key's fields (a struct key's order), empty for a selector key.
-        layout: The output rows' user fields and side outputs.
+        layout: The output rows' user fields and side outputs, with the types their elements must have.
         columns: Every output column, in order (user fields, `__ts`, `__key`, then `__tag` and side columns).
+        topics: The source topic(s) of the elements, for messages.
     """
 
     label: str
@@ -74,6 +76,7 @@ class ProcessSpec:
     key_fields: tuple[str, ...]
     layout: OutputLayout
     columns: tuple[str, ...]
+    topics: str = ""
 
 
 def user_key(value: Any, key_fields: tuple[str, ...]) -> Any:
@@ -98,6 +101,13 @@ class _Call:
         self.rows: list[tuple[Any, ...]] = []
         self.ts: Any = None  # the current element's or timer's `__ts`
         self.timestamp: int | None = None  # the same, in ms, for ctx.timestamp()
+        self.row: dict[str, Any] | None = None  # the current element's row; None in on_timer
+
+    def origin(self, spec: ProcessSpec) -> str:
+        """Where the current element came from, or which timer is firing (for messages)."""
+        if self.row is not None:
+            return describe_origin(spec.topics, self.row.get(PART), self.row.get(OFFSET))
+        return f"the timer at {self.timestamp} of key {user_key(self.book.key, spec.key_fields)!r}"
 
 
 class _Context(KeyedContext, TimerService):
@@ -126,7 +136,13 @@ class _Context(KeyedContext, TimerService):
                 "process(..., side_outputs=[tag])"
             )
         element = as_element(value, self._spec.label)
-        self._call.rows.append(self._spec.layout.side(name, element, self._call.ts, self._call.book.key))
+        call, layout = self._call, self._spec.layout
+        try:
+            row = layout.side(name, element, call.ts, call.book.key)
+        except Mismatch as bad:
+            shape = layout.type_of(name)
+            raise shape.error(bad, call.origin(self._spec), element, self._spec.label) from None
+        call.rows.append(row)
 
     # -- TimerService --------------------------------------------------------------------------------------------
     def current_watermark(self) -> int:
@@ -195,7 +211,9 @@ class KeyedProcessor(StatefulProcessor):
         for row in ordered:
             call.ts = row.get(TS)
             call.timestamp = millis(call.ts) if call.ts is not None else None
+            call.row = row
             self._run(self._spec.function.process_element, user_element(row), context, call, row)
+            call.row = None
         self._fire_due(call, context)
         return self._finish(call)
 
@@ -243,10 +261,15 @@ class KeyedProcessor(StatefulProcessor):
     def _run(
         self, method: Any, argument: Any, context: _Context, call: _Call, row: dict[str, Any] | None
     ) -> None:
-        layout = self._spec.layout
+        spec = self._spec
+        layout = spec.layout
         try:
             for value in _outputs(method(argument, context)):
-                call.rows.append(layout.main(as_element(value, self._spec.label), call.ts, call.book.key))
+                element = as_element(value, spec.label)
+                try:
+                    call.rows.append(layout.main(element, call.ts, call.book.key))
+                except Mismatch as bad:
+                    raise layout.type_of(None).error(bad, call.origin(spec), element, spec.label) from None
         except EtherealKafkaError:
             raise
         except Exception as exc:
@@ -256,7 +279,7 @@ class KeyedProcessor(StatefulProcessor):
                 else f"timer {argument}"
             )
             raise UserFunctionError(
-                f"{self._spec.label} failed for key {context.get_current_key()!r} ({where}): {exc!r}"
+                f"{spec.label} failed for key {context.get_current_key()!r} ({where}): {exc!r}"
             ) from exc
 
     def _finish(self, call: _Call) -> Iterator[Any]:
