@@ -45,6 +45,26 @@ def resolve_time_mode(node: g.ProcessNode, stream: Stream) -> str:
     return mode
 
 
+def event_time_bound(node: g.Node) -> int | None:
+    """The out-of-orderness bound (ms) of the one watermark strategy upstream of `node`, by which a process
+    function's watermark follows a key's elements within an epoch (`plan.operators.process`); None when there is no
+    strategy, or several (a union of separately watermarked streams, whose watermark Spark takes from the least —
+    or, with idleness, the most — advanced one: no single stream's elements can tell where it is)."""
+    found: dict[int, int] = {}
+    seen: set[int] = set()
+    pending = list(node.inputs)
+    while pending:
+        current = pending.pop()
+        if current.id in seen:
+            continue
+        seen.add(current.id)
+        if isinstance(current, g.WatermarkNode) and current.strategy is not None:
+            found[current.id] = current.strategy.out_of_orderness.millis
+            continue  # a strategy further up is replaced by this one
+        pending.extend(current.inputs)
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
 def _input_struct(stream: Stream) -> pa.StructType:
     arrow = arrow_of(stream.frame.schema)
     return pa.struct([arrow.field(f) for f in stream.fields])
@@ -126,6 +146,7 @@ def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Strea
         layout,
         tuple(schema.fieldNames()),
         topics=source_topics(node, ctx.sources),
+        bound_ms=event_time_bound(node) if stream.watermarked else None,
     )
     _check_picklable(node.label, spec)
     frame = transform(stream.frame, KeyedProcessor(spec), schema, SPARK_TIME_MODES[mode])
