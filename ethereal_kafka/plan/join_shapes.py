@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
-from ethereal_kafka.plan.conform import ElementType, Mismatch, arrow_columns
+from ethereal_kafka.plan.conform import ElementType
 from ethereal_kafka.plan.pyfuncs import UserFunctionError, user_then_hidden
 from ethereal_kafka.plan.schema import KEY, TS, arrow_of, arrow_struct, spark_struct
 from ethereal_kafka.plan.stream import Stream
@@ -192,14 +192,8 @@ class JoinFunctionStage:
                 key = keys[row].as_py() if keys is not None else None
                 return f"the joined pair {row} of its batch, key {key!r}"
 
-            rows = []
-            for row, (a, b) in enumerate(zip(lefts, rights, strict=True)):
-                element = self._call(a, b)
-                try:
-                    rows.append(shape.keyed_values(element))
-                except Mismatch as bad:
-                    raise shape.error(bad, where(row), element) from None
-            columns = arrow_columns(shape, self.user_out, rows, where)
+            elements = [self._call(a, b) for a, b in zip(lefts, rights, strict=True)]
+            columns = shape.to_arrow(elements, lambda row, _: where(row))
             columns += [
                 batch.column(names.index(h)).cast(t)
                 for h, t in zip(self.hidden, self.hidden_types, strict=True)

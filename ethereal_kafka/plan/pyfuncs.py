@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ethereal_kafka.plan.conform import ElementType, FieldType, Mismatch, arrow_columns, describe_origin
+from ethereal_kafka.plan.conform import ElementType, FieldType, Mismatch, describe_origin
 from ethereal_kafka.plan.errors import OutputTypeError, UserFunctionError
 
 __all__ = ["OutputTypeError", "PyStage", "UserFunctionError", "as_element", "user_then_hidden"]
@@ -87,19 +87,24 @@ class PyStage:
         elements = pa.Table.from_batches([batch.select(list(self.user_in))]).to_pylist()
         if self.kind in ("filter", "column"):
             return self._keep(batch, elements, schema)
-        shape = self.element_type
-        rows: list[tuple[Any, ...]] = []
+        made: list[dict[str, Any]] = []
         sources: list[int] = []
-        for i, element in enumerate(elements):
-            for out in self._produce(element, batch, i):
-                try:
-                    rows.append(shape.keyed_values(out))
-                except Mismatch as bad:
-                    raise shape.error(bad, self.origin(batch, i), out) from None
-                sources.append(i)
+        i = -1
+        # One handler around the loop (not a call per element): this is the per-record path.
+        try:
+            for i, element in enumerate(elements):
+                for out in self._call(element):
+                    made.append(out)
+                    sources.append(i)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise UserFunctionError(
+                f"{self.label} failed on the element from {self.origin(batch, i)}: {exc!r}"
+            ) from exc
+        columns = self.element_type.to_arrow(made, lambda index, _: self.origin(batch, sources[index]))
         indices = pa.array(sources, pa.int64())
-        columns = arrow_columns(shape, self.user_out, rows, lambda index: self.origin(batch, sources[index]))
-        return pa.RecordBatch.from_arrays(columns + self._hidden(batch, indices, len(rows)), schema=schema)
+        return pa.RecordBatch.from_arrays(columns + self._hidden(batch, indices, len(made)), schema=schema)
 
     def _produce(self, element: dict[str, Any], batch: pa.RecordBatch, row: int) -> list[dict[str, Any]]:
         try:
