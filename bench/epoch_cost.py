@@ -1,0 +1,126 @@
+"""Where a streaming query's epochs spend their time, from a Spark event log: the fixed and the per-record part.
+
+    .venv/bin/python bench/epoch_cost.py /tmp/ek-events/local-1795...     # a file (or a folder: its newest file)
+
+Any Spark streaming query can write the event log: ethereal-kafka with `--ek-setting spark.eventLog.enabled=true
+--ek-setting spark.eventLog.dir=DIR` (bench/nexmark.py), Spark's own engine with `--spark-conf` the same. Reads
+every `QueryProgressEvent` (one per epoch: its input rows, Spark's phases in `durationMs`, the state operators'
+commit times) and the stages' task times, and prints, over the epochs with input after the first `--skip`:
+
+- the median of each phase per epoch: `latestOffset` (the source's planning of the epoch's end offsets),
+  `queryPlanning` (Spark's optimizer and physical planning), `addBatch` (running the epoch: the stages, and for
+  ethereal-kafka the foreachBatch write with both phases of the exactly-once commit), `walCommit` and
+  `commitOffsets` (Spark's offset and commit logs), the state stores' commit (`commitTimeMs`, summed over
+  operators), the stages per epoch and their tasks' summed executor run time;
+- a least-squares fit of the epoch's duration (`triggerExecution`) on its input rows: the fixed cost per epoch and
+  the cost per 1,000 rows.
+
+Writes nothing; prints a Markdown table (use `--json` for the numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+PROGRESS = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent"
+PHASES = (
+    "latestOffset",
+    "getBatch",
+    "queryPlanning",
+    "addBatch",
+    "walCommit",
+    "commitOffsets",
+    "triggerExecution",
+)
+
+
+def read(path: Path) -> tuple[list[dict[str, Any]], dict[int, list[float]]]:
+    """The progress reports, and per job group (the batch id Spark's streaming jobs carry) the run time (ms) of
+    each stage's tasks summed."""
+    progress: list[dict[str, Any]] = []
+    stage_batch: dict[int, int] = {}
+    stage_time: dict[int, float] = defaultdict(float)
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            event = json.loads(line)
+            kind = event.get("Event")
+            if kind == PROGRESS:
+                progress.append(event["progress"])
+            elif kind == "SparkListenerJobStart":
+                batch = (event.get("Properties") or {}).get("streaming.sql.batchId")
+                if batch is not None:
+                    for stage in event.get("Stage IDs", []):
+                        stage_batch[stage] = int(batch)
+            elif kind == "SparkListenerTaskEnd":
+                metrics = event.get("Task Metrics") or {}
+                stage_time[event["Stage ID"]] += float(metrics.get("Executor Run Time", 0))
+    stages: dict[int, list[float]] = defaultdict(list)
+    for stage, batch in stage_batch.items():
+        stages[batch].append(stage_time.get(stage, 0.0))
+    return progress, stages
+
+
+def summary(path: Path, skip: int) -> dict[str, Any]:
+    """The medians and the fit described in the module docstring."""
+    progress, stages = read(path)
+    epochs = [p for p in progress if p.get("numInputRows", 0) > 0][skip:]
+    if not epochs:
+        raise SystemExit(f"{path}: no epoch with input after the first {skip}")
+    out: dict[str, Any] = {"epochs": len(epochs), "rows": sum(p["numInputRows"] for p in epochs)}
+    for phase in PHASES:
+        out[phase] = statistics.median(p.get("durationMs", {}).get(phase, 0) for p in epochs)
+    out["stateCommit"] = statistics.median(
+        sum(op.get("commitTimeMs", 0) for op in p.get("stateOperators", [])) for p in epochs
+    )
+    out["stages"] = statistics.median(len(stages.get(p["batchId"], [])) for p in epochs)
+    out["taskTime"] = statistics.median(sum(stages.get(p["batchId"], [])) for p in epochs)
+    out["rowsPerEpoch"] = statistics.median(p["numInputRows"] for p in epochs)
+    xs = [float(p["numInputRows"]) for p in epochs]
+    ys = [float(p["durationMs"]["triggerExecution"]) for p in epochs]
+    if len(set(xs)) > 1:
+        slope, intercept = statistics.linear_regression(xs, ys)
+        out["fixedMs"] = round(intercept, 1)
+        out["msPer1000Rows"] = round(slope * 1000, 2)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("logs", nargs="+", type=Path, help="event log files or folders (newest file in each)")
+    parser.add_argument(
+        "--skip", type=int, default=3, help="epochs with input left out at the start (warm-up)"
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    for given in args.logs:
+        path = max(given.iterdir(), key=lambda p: p.stat().st_mtime) if given.is_dir() else given
+        rows.append((path.name, summary(path, args.skip)))
+    if args.json:
+        print(json.dumps(dict(rows), indent=2))
+        return
+    columns = [
+        "epochs",
+        "rowsPerEpoch",
+        *PHASES,
+        "stateCommit",
+        "stages",
+        "taskTime",
+        "fixedMs",
+        "msPer1000Rows",
+    ]
+    print("| log | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for name, row in rows:
+        print(f"| {name} | " + " | ".join(str(row.get(c, "n/a")) for c in columns) + " |")
+
+
+if __name__ == "__main__":
+    main()
