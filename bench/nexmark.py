@@ -213,11 +213,11 @@ def write_ek_job(folder: Path, run: Run, query: str, output: str, pipeline: str)
     return folder / "job.properties"
 
 
-def _ek(python_functions: bool) -> Callable[[Run, str, str, Path], list[str]]:
+def _ek(python_functions: bool, python: str = sys.executable) -> Callable[[Run, str, str, Path], list[str]]:
     def command(run: Run, query: str, output: str, folder: Path) -> list[str]:
         pipeline = f"{query}_py" if python_functions and query not in SQL else query
         job = write_ek_job(folder, run, query, output, pipeline)
-        return [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job), "--available-now"]
+        return [python, "-m", "ethereal_kafka.cli", "run", str(job), "--available-now"]
 
     return command
 
@@ -571,13 +571,28 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a setting of the `spark` system",
     )
+    parser.add_argument(
+        "--ek-build",
+        action="append",
+        default=[],
+        metavar="LABEL=PYTHON",
+        help="adds the system `ek-LABEL`: `ek` run by another interpreter (e.g. a virtualenv of another commit, "
+        "for a before/after in one invocation)",
+    )
     args = parser.parse_args()
+    for build in args.ek_build:
+        label, python = build.split("=", 1)
+        SYSTEMS[f"ek-{label}"] = System(
+            f"**ethereal-kafka** {label}", "exactly-once", True, _ek(False, python)
+        )
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
     unknown = [q for q in queries if q not in model.QUERIES] + [n for n in names if n not in SYSTEMS]
     if unknown:
         parser.error(f"unknown {unknown}; queries: {', '.join(model.QUERIES)}; systems: {', '.join(SYSTEMS)}")
 
+    # SIGTERM unwinds like Ctrl-C: the running system is killed and the bench's broker stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     at_start = uptime()
     folder = Path(tempfile.mkdtemp(prefix="ek-nexmark-"))
     stamp = str(int(time.time()))
