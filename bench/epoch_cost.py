@@ -1,6 +1,6 @@
 """Where a streaming query's epochs spend their time, from a Spark event log: the fixed and the per-record part.
 
-    .venv/bin/python bench/epoch_cost.py /tmp/ek-events/local-1795...     # a file (or a folder: its newest file)
+    .venv/bin/python bench/epoch_cost.py /tmp/ek-events/           # every event log in a folder (or files)
 
 Any Spark streaming query can write the event log: ethereal-kafka with `--ek-setting spark.eventLog.enabled=true
 --ek-setting spark.eventLog.dir=DIR` (bench/nexmark.py), Spark's own engine with `--spark-conf` the same. Reads
@@ -39,9 +39,10 @@ PHASES = (
 )
 
 
-def read(path: Path) -> tuple[list[dict[str, Any]], dict[int, list[float]]]:
-    """The progress reports, and per job group (the batch id Spark's streaming jobs carry) the run time (ms) of
-    each stage's tasks summed."""
+def read(path: Path) -> tuple[str, list[dict[str, Any]], dict[int, list[float]]]:
+    """The application's name, the progress reports, and per batch id (which Spark's streaming jobs carry) the run
+    time (ms) of each of its stages' tasks summed."""
+    name = path.name
     progress: list[dict[str, Any]] = []
     stage_batch: dict[int, int] = {}
     stage_time: dict[int, float] = defaultdict(float)
@@ -49,7 +50,9 @@ def read(path: Path) -> tuple[list[dict[str, Any]], dict[int, list[float]]]:
         for line in lines:
             event = json.loads(line)
             kind = event.get("Event")
-            if kind == PROGRESS:
+            if kind == "SparkListenerApplicationStart":
+                name = str(event.get("App Name", name))
+            elif kind == PROGRESS:
                 progress.append(event["progress"])
             elif kind == "SparkListenerJobStart":
                 batch = (event.get("Properties") or {}).get("streaming.sql.batchId")
@@ -62,16 +65,16 @@ def read(path: Path) -> tuple[list[dict[str, Any]], dict[int, list[float]]]:
     stages: dict[int, list[float]] = defaultdict(list)
     for stage, batch in stage_batch.items():
         stages[batch].append(stage_time.get(stage, 0.0))
-    return progress, stages
+    return name, progress, stages
 
 
 def summary(path: Path, skip: int) -> dict[str, Any]:
     """The medians and the fit described in the module docstring."""
-    progress, stages = read(path)
+    name, progress, stages = read(path)
     epochs = [p for p in progress if p.get("numInputRows", 0) > 0][skip:]
     if not epochs:
         raise SystemExit(f"{path}: no epoch with input after the first {skip}")
-    out: dict[str, Any] = {"epochs": len(epochs), "rows": sum(p["numInputRows"] for p in epochs)}
+    out: dict[str, Any] = {"app": name, "epochs": len(epochs), "rows": sum(p["numInputRows"] for p in epochs)}
     for phase in PHASES:
         out[phase] = statistics.median(p.get("durationMs", {}).get(phase, 0) for p in epochs)
     out["stateCommit"] = statistics.median(
@@ -93,7 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("logs", nargs="+", type=Path, help="event log files or folders (newest file in each)")
+    parser.add_argument("logs", nargs="+", type=Path, help="event log files, or folders (every file in them)")
     parser.add_argument(
         "--skip", type=int, default=3, help="epochs with input left out at the start (warm-up)"
     )
@@ -101,8 +104,8 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for given in args.logs:
-        path = max(given.iterdir(), key=lambda p: p.stat().st_mtime) if given.is_dir() else given
-        rows.append((path.name, summary(path, args.skip)))
+        for path in sorted(given.iterdir()) if given.is_dir() else [given]:
+            rows.append((path.name, summary(path, args.skip)))
     if args.json:
         print(json.dumps(dict(rows), indent=2))
         return
