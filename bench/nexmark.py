@@ -403,8 +403,10 @@ def measure(
     log = folder / "run.log"
     began = time.monotonic()
     with log.open("wb") as sink:
+        # cwd: `python -m ethereal_kafka.cli` would import the package from the bench's working directory (a
+        # checkout) before the interpreter's own install (`--ek-build`).
         process = subprocess.Popen(
-            argv, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            argv, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=folder
         )
     cpu = TreeCpu(process.pid)
     watcher = OutputWatcher(run.bootstrap, output, query, run.data, cpu, began, args.warmup)
