@@ -21,9 +21,11 @@ Writes nothing; prints a Markdown table (use `--json` for the numbers).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,28 @@ PHASES = (
 )
 
 
+def _lines(path: Path) -> Iterator[str]:
+    """The lines of an event log file, zstd/lz4/snappy-compressed or not (Spark 4 compresses with zstd)."""
+    codec = {".zstd": "zstd", ".lz4": "lz4", ".snappy": "snappy"}.get(path.suffix)
+    if codec is None:
+        with path.open(encoding="utf-8") as text:
+            yield from text
+        return
+    import pyarrow as pa
+
+    with pa.CompressedInputStream(pa.OSFile(str(path)), codec) as stream:
+        yield from io.TextIOWrapper(stream, encoding="utf-8")
+
+
+def event_logs(given: Path) -> list[Path]:
+    """The event log files under `given`: the file itself, or every `events_*` file (Spark 4's rolling logs, one
+    folder per application) and every plain log file below a folder."""
+    if given.is_file():
+        return [given]
+    found = sorted(p for p in given.rglob("*") if p.is_file() and not p.name.startswith((".", "appstatus")))
+    return [p for p in found if p.name.startswith("events_") or p.parent == given]
+
+
 def read(path: Path) -> tuple[str, list[dict[str, Any]], dict[int, list[float]]]:
     """The application's name, the progress reports, and per batch id (which Spark's streaming jobs carry) the run
     time (ms) of each of its stages' tasks summed."""
@@ -46,8 +70,8 @@ def read(path: Path) -> tuple[str, list[dict[str, Any]], dict[int, list[float]]]
     progress: list[dict[str, Any]] = []
     stage_batch: dict[int, int] = {}
     stage_time: dict[int, float] = defaultdict(float)
-    with path.open(encoding="utf-8") as lines:
-        for line in lines:
+    for line in _lines(path):
+        if line.strip():
             event = json.loads(line)
             kind = event.get("Event")
             if kind == "SparkListenerApplicationStart":
@@ -68,10 +92,20 @@ def read(path: Path) -> tuple[str, list[dict[str, Any]], dict[int, list[float]]]
     return name, progress, stages
 
 
+def input_rows(progress: dict[str, Any]) -> int:
+    """An epoch's input rows: the report's `numInputRows`, or the sum over its sources (event logs carry only
+    those)."""
+    if "numInputRows" in progress:
+        return int(progress["numInputRows"])
+    return sum(int(source.get("numInputRows", 0)) for source in progress.get("sources", []))
+
+
 def summary(path: Path, skip: int) -> dict[str, Any]:
     """The medians and the fit described in the module docstring."""
     name, progress, stages = read(path)
-    epochs = [p for p in progress if p.get("numInputRows", 0) > 0][skip:]
+    for report in progress:
+        report["numInputRows"] = input_rows(report)
+    epochs = [p for p in progress if p["numInputRows"] > 0][skip:]
     if not epochs:
         raise SystemExit(f"{path}: no epoch with input after the first {skip}")
     out: dict[str, Any] = {"app": name, "epochs": len(epochs), "rows": sum(p["numInputRows"] for p in epochs)}
@@ -104,12 +138,13 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for given in args.logs:
-        for path in sorted(given.iterdir()) if given.is_dir() else [given]:
+        for path in event_logs(given):
             rows.append((path.name, summary(path, args.skip)))
     if args.json:
         print(json.dumps(dict(rows), indent=2))
         return
     columns = [
+        "app",
         "epochs",
         "rowsPerEpoch",
         *PHASES,
