@@ -105,9 +105,12 @@ def summary(path: Path, skip: int) -> dict[str, Any]:
     name, progress, stages = read(path)
     for report in progress:
         report["numInputRows"] = input_rows(report)
-    epochs = [p for p in progress if p["numInputRows"] > 0][skip:]
+    with_input = [p for p in progress if p["numInputRows"] > 0]
+    epochs = (
+        with_input[skip:] or with_input
+    )  # a query that read its input in one epoch (Spark's own, unbounded)
     if not epochs:
-        raise SystemExit(f"{path}: no epoch with input after the first {skip}")
+        raise SystemExit(f"{path}: no epoch with input")
     out: dict[str, Any] = {"app": name, "epochs": len(epochs), "rows": sum(p["numInputRows"] for p in epochs)}
     for phase in PHASES:
         out[phase] = statistics.median(p.get("durationMs", {}).get(phase, 0) for p in epochs)
