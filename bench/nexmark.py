@@ -128,8 +128,17 @@ def feed(bootstrap: str, queries: list[str], each: int, seed: int, rate: int, st
     answers = model.Answers(queries)
     times: dict[str, array[int]] = {}
     topics: dict[str, str] = {}
+    # Idempotent: a retried request keeps its place, so each partition holds its records in event-time order (the
+    # answers assume it). Without it, a first request that timed out on a loaded machine was written after later
+    # ones: 1,139 persons of q8's partition 0 landed ~2 min of event time late and every engine dropped them.
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000, "acks": "all"}
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "acks": "all",
+            "enable.idempotence": True,
+        }
     )
 
     def send(topic: str, value: bytes | str, partition: int, at: int) -> None:
