@@ -24,6 +24,7 @@ import argparse
 import io
 import json
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,7 +143,10 @@ def main() -> None:
     rows = []
     for given in args.logs:
         for path in event_logs(given):
-            rows.append((path.name, summary(path, args.skip)))
+            try:
+                rows.append((path.name, summary(path, args.skip)))
+            except SystemExit as exc:  # a log without epochs (a run stopped early): say so, go on
+                print(exc, file=sys.stderr)
     if args.json:
         print(json.dumps(dict(rows), indent=2))
         return
