@@ -41,6 +41,7 @@ def _coordinator(
                 "app.id": app,
                 "sources": "events",
                 "sinks": "out",
+                "pipeline": "tests.integration.test_coordinator:unused",
                 "checkpoint.location": str(root),
                 "sink.tasks": 2,
             },
