@@ -44,7 +44,7 @@ from common import TreeCpu, bench_broker, drained, percentiles, write_result
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ethereal_kafka.connectors.kafka.admission import cost_model
-from ethereal_kafka.testing.kafka_io import create_topic
+from ethereal_kafka.connectors.kafka.topics import create_topic
 from tests.integration.eos_helpers import write_job
 
 PARTITIONS = 2

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import bench_broker, percentiles, write_result
 
 from ethereal_kafka.checkpoint.history import CheckpointHistory
+from ethereal_kafka.connectors.kafka.topics import create_topic
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.crash import compare
-from ethereal_kafka.testing.kafka_io import create_topic
 from tests.integration.eos_helpers import feed, output, pairs, write_job
 
 

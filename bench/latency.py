@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import TreeCpu, bench_broker, conclude, drained, percentiles, uptime
 from peers import PARTITIONS, OutputWatcher, Run, write_ethereal_job
 
-from ethereal_kafka.testing.kafka_io import create_topic
+from ethereal_kafka.connectors.kafka.topics import create_topic
 
 HERE = Path(__file__).resolve().parent
 POINTS = (50, 90, 99)

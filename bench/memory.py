@@ -43,7 +43,7 @@ from peers import PARTITIONS, OutputWatcher, Run, feed, write_ethereal_job
 from windowed import EXAMPLES, KEEP, feed_lines
 
 from ethereal_kafka.checkpoint.history import CheckpointHistory
-from ethereal_kafka.testing.kafka_io import create_topic
+from ethereal_kafka.connectors.kafka.topics import create_topic
 
 MB = 2**20
 

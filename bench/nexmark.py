@@ -79,7 +79,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from nexmark_queries import SQL
 
 from ethereal_kafka.broker.jars import cache_home
-from ethereal_kafka.testing.kafka_io import create_topic
+from ethereal_kafka.connectors.kafka.topics import create_topic
 
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 2

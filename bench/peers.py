@@ -50,8 +50,8 @@ from common import TreeCpu, bench_broker, conclude, uptime
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from peers_workload import PRICE_FACTOR, WORKLOADS
 
-from ethereal_kafka.broker.jars import cache_home
-from ethereal_kafka.testing.kafka_io import create_topic
+from ethereal_kafka.connectors.kafka.topics import create_topic
+from ethereal_kafka.paths import cache_home
 
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 2

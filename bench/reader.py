@@ -38,7 +38,7 @@ from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import consumer_config
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
 from ethereal_kafka.connectors.kafka.range_reader import messages_to_batch, read_messages
-from ethereal_kafka.testing.kafka_io import create_topic
+from ethereal_kafka.connectors.kafka.topics import create_topic
 
 
 def _cpu() -> float:

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import bench_broker, write_result
 
+from ethereal_kafka.connectors.kafka.topics import create_topic
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.crash import run_with_kills
-from ethereal_kafka.testing.kafka_io import create_topic
 from tests.integration.eos_helpers import feed, output, write_job
 
 

@@ -25,9 +25,9 @@ from common import MemorySampler, bench_broker, percentiles, write_result
 
 from ethereal_kafka.config import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.sink import KafkaSink
+from ethereal_kafka.connectors.kafka.topics import create_topic, read_all
 from ethereal_kafka.runtime.spark import local_session
 from ethereal_kafka.serde import SerdeSpec, build_codec
-from ethereal_kafka.testing.kafka_io import create_topic, read_all
 
 REPO = Path(__file__).resolve().parents[1]
 AVSC = str(REPO / "serde" / "order.avsc")

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import TreeCpu, bench_broker, drained, write_result
 
+from ethereal_kafka.connectors.kafka.topics import create_topic
 from ethereal_kafka.examples import eos
-from ethereal_kafka.testing.kafka_io import create_topic
 from tests.integration.browser import chromium_page
 from tests.integration.eos_helpers import feed, write_job
 

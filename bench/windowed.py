@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import MemorySampler, bench_broker, query_epochs, write_result
 
+from ethereal_kafka.connectors.kafka.topics import create_topic, produce, read_all
 from ethereal_kafka.examples import sessions, wordcount
-from ethereal_kafka.testing.kafka_io import create_topic, produce, read_all
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "connectors" / "examples"

@@ -1,6 +1,6 @@
 """The local Apache Kafka broker: pinned jars from Maven Central, KRaft single node, no Docker needed."""
 
-from ethereal_kafka.broker.jars import cache_home, ensure_jars, kafka_version
+from ethereal_kafka.broker.jars import ensure_jars, kafka_version
 from ethereal_kafka.broker.local import JVM_MARKER, BrokerSettings, BrokerStatus, LocalBroker
 
 __all__ = [
@@ -8,7 +8,6 @@ __all__ = [
     "BrokerSettings",
     "BrokerStatus",
     "LocalBroker",
-    "cache_home",
     "ensure_jars",
     "kafka_version",
 ]

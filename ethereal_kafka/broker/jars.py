@@ -7,7 +7,6 @@ network I/O, so the broker starts offline once it has started online.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -15,18 +14,9 @@ from importlib import resources
 from pathlib import Path
 
 from ethereal_kafka.errors import BrokerError
+from ethereal_kafka.paths import cache_home
 
 _COMPLETE_MARKER = ".complete"
-
-
-def cache_home() -> Path:
-    """Return the ethereal-kafka cache directory (`$ETHEREAL_KAFKA_HOME`, else `~/.cache/ethereal-kafka`)."""
-    env = os.environ.get("ETHEREAL_KAFKA_HOME")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "ethereal-kafka"
 
 
 def manifest_text() -> str:

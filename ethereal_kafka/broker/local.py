@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ethereal_kafka.broker.jars import cache_home, ensure_jars, kafka_version
+from ethereal_kafka.broker.jars import ensure_jars, kafka_version
 from ethereal_kafka.broker.ownership import port_holder, refuse_foreign, start_lock
 from ethereal_kafka.broker.procs import JVM_MARKER
 from ethereal_kafka.errors import BrokerError
+from ethereal_kafka.paths import cache_home
 
 __all__ = ["JVM_MARKER", "BrokerSettings", "BrokerStatus", "LocalBroker", "format_storage"]
 

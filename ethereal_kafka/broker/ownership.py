@@ -1,6 +1,6 @@
 """Whose broker is it: `broker start` never replaces a broker (or takes a port) this user did not start.
 
-A local broker's state directory is per user by default (`<cache>/brokers/<name>`, `jars.cache_home`), but an
+A local broker's state directory is per user by default (`<cache>/brokers/<name>`, `paths.cache_home`), but an
 explicit `--state-dir` or a shared `ETHEREAL_KAFKA_HOME` may point two users (or two test runs) at the same one.
 `LocalBroker.start` asks this module, before it starts anything:
 

@@ -1,6 +1,6 @@
 """What this host knows about an app: its run record (which job, which checkpoint) and its run lock (is it running).
 
-`ethereal-kafka run` takes the app's run lock (`checkpoint.ownership.InstanceGuard`) and writes its run record
+`ethereal-kafka run` takes the app's run lock (`eos.ownership.InstanceGuard`) and writes its run record
 before the coordinator starts. `ethereal-kafka offsets APP` and `replay APP` read the record to find the job file
 and the checkpoint; `replay` takes the lock to prove that no instance of the app runs on this host.
 
@@ -15,7 +15,7 @@ Both live beside the app's checkpoint history, in `<cache>/apps/<app.id>/`:
   (wait for it) from a running instance (refuse, or take over).
 
 The locks only see processes on this host (and hosts sharing this cache directory over a file system with working
-`flock`). Other hosts are covered by the owner claim in Kafka and its heartbeat (`checkpoint.ownership`).
+`flock`). Other hosts are covered by the owner claim in Kafka and its heartbeat (`eos.ownership`).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, TypeVar
 
-from ethereal_kafka.broker.jars import cache_home
 from ethereal_kafka.checkpoint.errors import AppRunningError
 from ethereal_kafka.config.job import LoadedJob
+from ethereal_kafka.paths import cache_home
 
 log = logging.getLogger(__name__)
 

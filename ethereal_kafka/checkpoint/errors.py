@@ -1,15 +1,8 @@
-"""Errors of the exactly-once protocol."""
+"""Errors of an app's local records and of replays: who runs an app, what is known about it."""
 
 from __future__ import annotations
 
 from ethereal_kafka.errors import EtherealKafkaError
-
-
-class RecoveryError(EtherealKafkaError):
-    """The job cannot resume safely (for instance: a stateful job whose Spark checkpoint is gone).
-
-    The message says how to proceed (restore the checkpoint, or replay from an explicit position).
-    """
 
 
 class ReplayError(EtherealKafkaError):
@@ -34,12 +27,4 @@ class AppNotFoundError(EtherealKafkaError):
     """No job is known under an app id on this host (`ethereal-kafka run` records each job when it starts).
 
     Raised by `offsets APP` and `replay APP`; pass `--job FILE` to name the job file instead.
-    """
-
-
-class EpochRefusedError(EtherealKafkaError):
-    """The job is stopping: an epoch that had not started writing was refused by the epoch gate (`checkpoint.gate`).
-
-    Raised to Spark from the `foreachBatch` call of that epoch. Nothing of it was written and Spark replays it on the
-    next start; the runner treats it as part of the requested stop, never as a failure.
     """

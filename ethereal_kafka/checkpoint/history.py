@@ -34,8 +34,9 @@ from typing import Any
 
 from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
-from ethereal_kafka.broker.jars import cache_home
+from ethereal_kafka.connectors.kafka.offsets import Offsets, SourceOffset
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.paths import cache_home
 
 OUTCOMES = ("committed", "aborted", "failed")
 DEFAULT_MAX_ENTRIES = 10_000
@@ -105,8 +106,8 @@ class EpochRecord:
     checkpoint_id: str
     epoch: int
     mode: str
-    start_offsets: Mapping[str, Mapping[str, int]]
-    end_offsets: Mapping[str, Mapping[str, int]]
+    start_offsets: SourceOffset
+    end_offsets: SourceOffset
     records_in: int
     records_out: int
     tasks: int
@@ -120,8 +121,8 @@ class EpochRecord:
     commit_ms: float | None = None
     txn_aborts: int = 0
     marker: str | None = None
-    marker_offsets: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
-    lag: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    marker_offsets: Mapping[str, SourceOffset] = field(default_factory=dict)
+    lag: SourceOffset = field(default_factory=dict)
     latency: Mapping[str, Any] | None = None
     records_read: int | None = None
 
@@ -187,8 +188,11 @@ class EpochRecord:
             raise HistoryError(f"history entry is malformed: {exc}") from exc
 
 
-def _plain_offsets(offsets: Mapping[Any, Mapping[Any, Any]]) -> dict[str, dict[str, int]]:
-    return {str(topic): {str(p): int(o) for p, o in parts.items()} for topic, parts in offsets.items()}
+def _plain_offsets(offsets: Mapping[Any, Any]) -> SourceOffset:
+    """The JSON form of offsets given as `Offsets` or already in (a variant of) that form."""
+    if isinstance(offsets, Offsets):
+        return offsets.to_json()
+    return Offsets.from_json(offsets).to_json()
 
 
 def history_dir(app_id: str) -> Path:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ethereal_kafka.connectors.kafka.offsets import Offsets
 from ethereal_kafka.errors import EtherealKafkaError
 
 
@@ -31,8 +32,8 @@ def checkpoint_id(location: str | Path) -> str:
         raise CheckpointLogError(f"cannot read the query id from {path}: {exc}") from exc
 
 
-def epoch_end_offsets(location: str | Path, epoch: int) -> list[dict[str, dict[str, int]]]:
-    """End offsets of `epoch`, one mapping per source, as Spark logged them before running it.
+def epoch_end_offsets(location: str | Path, epoch: int) -> list[Offsets]:
+    """End offsets of `epoch`, one per source, as Spark logged them before running it.
 
     Raises:
         CheckpointLogError: `offsets/<epoch>` is missing or malformed.
@@ -44,17 +45,11 @@ def epoch_end_offsets(location: str | Path, epoch: int) -> list[dict[str, dict[s
         raise CheckpointLogError(f"Spark offset log {path} is missing: {exc.strerror}") from exc
     if len(lines) < 3 or not lines[0].startswith("v"):
         raise CheckpointLogError(f"Spark offset log {path} is malformed")
-    sources: list[dict[str, dict[str, int]]] = []
+    sources: list[Offsets] = []
     for line in lines[2:]:
         value: Any = json.loads(line) if line.strip() and line.strip() != "-" else {}
         # Keys starting with "@" are not topics the source reads (e.g. pinned lookup-table offsets).
-        sources.append(
-            {
-                str(t): {str(p): int(o) for p, o in parts.items()}
-                for t, parts in value.items()
-                if not t.startswith("@")
-            }
-        )
+        sources.append(Offsets.from_json({t: parts for t, parts in value.items() if not t.startswith("@")}))
     return sources
 
 

@@ -14,7 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ethereal_kafka.checkpoint.group_offsets import (
+from ethereal_kafka.cli.app_job import add_app_arguments, format_table, resolve_app
+from ethereal_kafka.eos.committed import (
     CommittedOffset,
     PartitionOffsets,
     ProgressOffsets,
@@ -22,7 +23,6 @@ from ethereal_kafka.checkpoint.group_offsets import (
     progress_queries,
     source_offsets,
 )
-from ethereal_kafka.cli.app_job import add_app_arguments, format_table, resolve_app
 
 SOURCE_COLUMNS = ("SOURCE", "GROUP", "TOPIC", "PARTITION", "COMMITTED", "END", "LAG", "MARKER")
 PROGRESS_COLUMNS = ("QUERY", "GROUP", "PARTITION", "OFFSET", "MARKER")

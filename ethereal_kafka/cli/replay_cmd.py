@@ -1,7 +1,7 @@
 """`ethereal-kafka replay APP --from earliest|timestamp:<ms>|topic:partition:offset,...`: make an app reprocess.
 
 Without `--into`: resets the app's committed offsets, epoch markers and Spark checkpoint (moved aside, never
-deleted) so the next `ethereal-kafka run` reprocesses from the given position (see `checkpoint.replay`). It shows
+deleted) so the next `ethereal-kafka run` reprocesses from the given position (see `eos.replay`). It shows
 the plan (per partition: committed offset → new start), asks for confirmation unless `--yes`, and refuses while
 an instance of the app is running. `--dry-run` shows the plan and changes nothing.
 
@@ -18,8 +18,9 @@ from typing import Any
 
 from ethereal_kafka.checkpoint.apps import exclusive_run_lock, read_run_record
 from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
-from ethereal_kafka.checkpoint.group_offsets import owner_claim
-from ethereal_kafka.checkpoint.replay import (
+from ethereal_kafka.cli.app_job import AppJob, add_app_arguments, format_table, resolve_app
+from ethereal_kafka.eos.committed import owner_claim
+from ethereal_kafka.eos.replay import (
     ReplayOutcome,
     ReplayPlan,
     ReplayStart,
@@ -30,7 +31,6 @@ from ethereal_kafka.checkpoint.replay import (
     moved_aside_path,
     plan_replay,
 )
-from ethereal_kafka.cli.app_job import AppJob, add_app_arguments, format_table, resolve_app
 
 PLAN_COLUMNS = ("SOURCE", "GROUP", "TOPIC", "PARTITION", "COMMITTED", "NEW", "END", "TO READ")
 _NUMERIC = ("PARTITION", "COMMITTED", "NEW", "END", "TO READ")

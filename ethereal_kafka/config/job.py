@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,7 +17,15 @@ from ethereal_kafka.config.model import Model, non_negative, positive, setting
 from ethereal_kafka.config.properties import load_properties
 from ethereal_kafka.errors import ConfigError
 
-GUARANTEES = ("exactly-once", "at-least-once", "at-most-once")
+
+class Guarantee(StrEnum):
+    """A job's delivery guarantee (`delivery.guarantee`); see docs/exactly-once.md."""
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+    AT_MOST_ONCE = "at-most-once"
+
+
 EPOCH_SIZING = ("adaptive", "fixed")
 SCALING_POLICIES = ("off", "lag", "throughput", "latency")
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -66,8 +75,8 @@ class JobConfig(Model):
         doc="a Spark SQL query over views named after the sources, giving the sink's columns (instead of pipeline)",
     )
     checkpoint_location: str = setting(key="checkpoint.location", doc="Spark checkpoint directory")
-    delivery_guarantee: str = setting(
-        "exactly-once", key="delivery.guarantee", choices=GUARANTEES, doc="delivery guarantee of the sinks"
+    delivery_guarantee: Guarantee = setting(
+        Guarantee.EXACTLY_ONCE, key="delivery.guarantee", doc="delivery guarantee of the sinks"
     )
     trigger_interval_ms: int = setting(1000, key="trigger.interval.ms", check=positive, doc="epoch interval")
     spark_master: str = setting("local[2]", key="spark.master", doc="Spark master URL")
@@ -230,7 +239,7 @@ class JobConfig(Model):
         at half the transaction timeout, so an epoch sized for the target commits well within it)."""
         if self.epoch_target_ms:
             return self.epoch_target_ms
-        if self.delivery_guarantee == "exactly-once":
+        if self.delivery_guarantee == Guarantee.EXACTLY_ONCE:
             return max(1, min(self.trigger_interval_ms, self.transaction_timeout_ms // 2))
         return self.trigger_interval_ms
 
@@ -251,7 +260,7 @@ class JobConfig(Model):
                 f"job: epoch.min.records={self.epoch_min_records} exceeds epoch.max.records={self.epoch_max_records}"
             )
         if (
-            self.delivery_guarantee == "exactly-once"
+            self.delivery_guarantee == Guarantee.EXACTLY_ONCE
             and self.epoch_target_ms * 2 > self.transaction_timeout_ms
         ):
             raise ConfigError(

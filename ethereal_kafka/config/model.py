@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import re
 import types
 import typing
@@ -87,6 +88,12 @@ def _convert(raw: object, annotation: Any, key: str) -> Any:
         if lowered in ("false", "no", "off", "0"):
             return False
         raise ConfigError(f"{key}={raw!r}: expected true or false")
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        try:
+            return annotation(text)
+        except ValueError as exc:
+            expected = ", ".join(str(member.value) for member in annotation)
+            raise ConfigError(f"{key}={raw!r}: expected one of {expected}") from exc
     if annotation in (int, float):
         try:
             return annotation(text)

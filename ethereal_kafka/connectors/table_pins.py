@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig, KafkaTableConfig
+from ethereal_kafka.connectors.kafka.offsets import SourceOffset
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
 
 #: Prefix of the offset keys holding table pins.
@@ -37,7 +38,6 @@ PINS_COLUMN = "__pins"
 #: End offsets queried this recently (seconds) are reused (see the module docstring).
 ALIGN_S = 1.0
 
-Offset = dict[str, dict[str, int]]
 Pins = dict[str, dict[int, int]]
 
 _RECENT: dict[tuple[str, str, str], tuple[float, dict[int, int]]] = {}
@@ -61,7 +61,7 @@ def decode_tables(text: str | None) -> list[KafkaTableConfig]:
     return [KafkaTableConfig.from_properties(props, "pin.tables") for props in json.loads(text)]
 
 
-def topics_only(offset: Mapping[str, Any]) -> Offset:
+def topics_only(offset: Mapping[str, Any]) -> SourceOffset:
     """The topic entries of a source offset (pins left out)."""
     return {t: dict(parts) for t, parts in offset.items() if not t.startswith("@")}
 
@@ -75,7 +75,7 @@ def pins_of(offset: Mapping[str, Any]) -> Pins:
     }
 
 
-def with_pins(offset: Mapping[str, Any], pins: Pins) -> Offset:
+def with_pins(offset: Mapping[str, Any], pins: Pins) -> SourceOffset:
     """`offset`'s topics followed by `pins`, both in sorted order (Spark compares offsets by their JSON)."""
     out = {t: dict(parts) for t, parts in sorted(topics_only(offset).items())}
     for name in sorted(pins):
@@ -111,7 +111,7 @@ class TablePinner:
         self.share_dir = Path(share_dir) / "ethereal-kafka" if share_dir else None
         self._resolvers: dict[str, PositionResolver] = {}
 
-    def pin(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> Offset:
+    def pin(self, start: Mapping[str, Any], end: Mapping[str, Any]) -> SourceOffset:
         """`end` with the pins of the epoch it ends (see the module docstring for the rules).
 
         Raises:

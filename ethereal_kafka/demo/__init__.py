@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.broker import BrokerSettings, LocalBroker
 from ethereal_kafka.config import load_job
+from ethereal_kafka.connectors.kafka.topics import create_topic, produce, read_committed
 from ethereal_kafka.errors import ConfigError
-from ethereal_kafka.testing.kafka_io import create_topic, produce, read_committed
 
 if TYPE_CHECKING:
     from ethereal_kafka.api import StreamExecutionEnvironment
@@ -187,7 +187,7 @@ def _run_job(local_session: Any, start: Any, stop_session: Any, loaded: Any, sta
         began = time.monotonic()
         running, coordinator = start(spark, loaded, available_now=True)
         running.await_termination()
-        modes = ", ".join(f"{name}: {shape.mode}" for name, shape in coordinator.shapes.items())
+        modes = ", ".join(f"{name}: {query.layout}" for name, query in coordinator.queries.items())
         print(
             f"[demo] job finished ({loaded.job.delivery_guarantee}; queries {modes}) "
             f"in {time.monotonic() - began:.1f}s"

@@ -14,9 +14,9 @@ import os
 import sys
 
 from ethereal_kafka.config import load_job
+from ethereal_kafka.connectors.kafka.topics import produce
 from ethereal_kafka.demo import create_demo_topics, demo_job_file, demo_orders, demo_topics
 from ethereal_kafka.errors import EtherealKafkaError
-from ethereal_kafka.testing.kafka_io import produce
 
 
 def main(argv: list[str] | None = None) -> int:

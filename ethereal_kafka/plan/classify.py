@@ -8,16 +8,12 @@ commit progress markers, and the coordinator commits the input offsets once ever
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ethereal_kafka.plan.query import Layout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-#: A query whose Spark partition i of every epoch is input partition i (see the module docstring).
-PARTITION_PRESERVING = "partition-preserving"
-#: Any other query.
-SHUFFLING = "shuffling"
 
 #: Logical operators that keep state between epochs.
 _STATEFUL = re.compile(
@@ -31,25 +27,17 @@ _SOURCE = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class QueryShape:
-    """What the coordinator needs to know about a query."""
-
-    mode: str
-    stateful: bool
-    sources: int
-    watermarked: bool = False
-
-    def output_mode(self, requested: str = "auto") -> str:
-        """Spark output mode: `auto` → append for stateless or event-time (watermarked) queries, whose results are
-        final when emitted; update for other stateful queries (running aggregates)."""
-        if requested != "auto":
-            return requested
-        return "update" if self.stateful and not self.watermarked else "append"
+def output_mode(stateful: bool, watermarked: bool, requested: str = "auto") -> str:
+    """Spark output mode: `auto` → append for stateless or event-time (watermarked) queries, whose results are final
+    when emitted; update for other stateful queries (running aggregates)."""
+    if requested != "auto":
+        return requested
+    return "update" if stateful and not watermarked else "append"
 
 
-def classify(frame: DataFrame) -> QueryShape:
-    """Inspect the streaming DataFrame's analyzed logical plan (no data is read)."""
+def classify(frame: DataFrame) -> tuple[Layout, bool, bool]:
+    """Inspect the streaming DataFrame's analyzed logical plan (no data is read): its layout, whether it keeps state
+    between epochs, and whether it declares an event-time watermark."""
     plan = str(frame._jdf.queryExecution().analyzed().toString())
     operators = [line.strip(" :+-~") for line in plan.splitlines()]
     names = [op.split(" ", 1)[0].lstrip("~") for op in operators if op]
@@ -57,8 +45,9 @@ def classify(frame: DataFrame) -> QueryShape:
     stateful = bool(_STATEFUL.search(joined))
     shuffles = bool(_SHUFFLE.search(joined))
     sources = max(1, sum(1 for n in names if _SOURCE.match(n)))
-    mode = PARTITION_PRESERVING if not stateful and not shuffles and sources == 1 else SHUFFLING
-    return QueryShape(mode, stateful, sources, watermarked="EventTimeWatermark" in names)
+    single = not stateful and not shuffles and sources == 1
+    layout = Layout.PARTITION_PRESERVING if single else Layout.SHUFFLING
+    return layout, stateful, "EventTimeWatermark" in names
 
 
 def sources_read(frame: DataFrame) -> set[str]:

@@ -1,6 +1,6 @@
 """Compile a job graph into Spark streaming queries.
 
-1. **Group sinks into queries** (`plan.queries`): sinks whose streams share a stateful operator must be written by
+1. **Group sinks into queries** (`plan.sink_groups`): sinks whose streams share a stateful operator must be written by
    one query (one checkpoint, one transaction per task), e.g. a window's results and its late records; other
    sinks get their own query (stateless work before a split is simply computed per query).
 2. **Compile nodes** bottom-up (`plan.context`): each node type has a compiler (registered by the operator modules: `stateless`,
@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,7 +24,8 @@ from ethereal_kafka.plan.classify import classify
 from ethereal_kafka.plan.context import CompileContext
 from ethereal_kafka.plan.lookup import pin_lookup_tables
 from ethereal_kafka.plan.outputs import bind_sinks
-from ethereal_kafka.plan.queries import plan_queries
+from ethereal_kafka.plan.query import Query
+from ethereal_kafka.plan.sink_groups import group_sinks
 from ethereal_kafka.plan.windows import watermark_settings
 
 if TYPE_CHECKING:
@@ -34,61 +34,34 @@ if TYPE_CHECKING:
     from ethereal_kafka.config.job import JobConfig
 
 
-@dataclass(frozen=True)
-class CompiledQuery:
-    """One query ready for the runner.
-
-    Attributes:
-        name: Fixed for the job's life (names checkpoint folder and transactional ids).
-        frame: The DataFrame the query writes (sink key/value columns, `__sink` with several sinks).
-        sinks: The sink connectors with `key.column`/`value.column` set to this query's columns.
-        sources: The source connectors as the query reads them.
-        output_mode, mode, stateful: See `runtime.pipeline.QueryBuild`.
-        spark_conf: Session settings the query must start with (fixed in its checkpoint from the first start), e.g.
-            `spark.sql.streaming.multipleWatermarkPolicy=max` when an input declares `with_idleness`.
-        late_sinks: The sinks fed by a window's late-data side output (metrics count their records as late).
-    """
-
-    name: str
-    frame: DataFrame
-    sinks: tuple[KafkaSinkConfig, ...]
-    sources: tuple[KafkaSourceConfig, ...]
-    output_mode: str
-    mode: str
-    stateful: bool
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-    late_sinks: tuple[str, ...] = ()
-
-
 def compile_graph(
     spark: SparkSession, graph: g.JobGraph, job: JobConfig | None, connectors: ConnectorSet
-) -> list[CompiledQuery]:
-    """Compile `graph` into queries (see the module docstring).
+) -> list[tuple[Query, DataFrame]]:
+    """Compile `graph` into queries, each with the DataFrame it writes (sink key/value columns, `__sink` with several
+    sinks); see the module docstring.
 
     Raises:
         GraphError: the graph uses a combination the engine cannot run (the message names the operator).
     """
     compiled = []
-    for planned in plan_queries(graph, connectors.sources):
+    for planned in group_sinks(graph, connectors.sources):
         plan = pin_lookup_tables(planned, graph, dict(connectors.tables))
         ctx = CompileContext(
             spark, job, plan.sources, dict(connectors.sinks), dict(connectors.tables), plan.name
         )
         frame, sinks = bind_sinks(ctx, plan)
-        shape = classify(frame)
-        compiled.append(
-            CompiledQuery(
-                plan.name,
-                frame,
-                sinks,
-                tuple(plan.sources.values()),
-                "append",
-                shape.mode,
-                shape.stateful,
-                watermark_settings(plan.sinks),
-                tuple(s.sink for s in plan.sinks if reads_late_data(s)),
-            )
+        layout, stateful, _ = classify(frame)
+        query = Query(
+            plan.name,
+            sinks,
+            tuple(plan.sources.values()),
+            layout,
+            stateful,
+            "append",
+            watermark_settings(plan.sinks),
+            tuple(s.sink for s in plan.sinks if reads_late_data(s)),
         )
+        compiled.append((query, frame))
     return compiled
 
 

@@ -1,7 +1,7 @@
 """Describe a compiled job for people: its queries, and each operator with where it runs.
 
 `describe_graph` reads a DataStream job graph and the compiler's grouping of its sinks into queries
-(`plan.queries`); `describe_dataframe` describes a DataFrame pipeline (or `transform.sql`) at the level of its
+(`plan.sink_groups`); `describe_dataframe` describes a DataFrame pipeline (or `transform.sql`) at the level of its
 queries and connectors. Both are pure (no Spark, nothing runs) and return JSON-friendly dicts; the runner records
 the description of every run (`runtime.description`) and the web UI draws it as the stream graph.
 
@@ -27,7 +27,7 @@ from ethereal_kafka.api.windows import (
     WindowAssigner,
 )
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
-from ethereal_kafka.plan.queries import QueryPlan, ancestors
+from ethereal_kafka.plan.sink_groups import SinkGroup, ancestors
 
 SOURCE = "kafka-source"
 SPARK = "spark-native"
@@ -53,7 +53,7 @@ Description = dict[str, Any]
 
 def describe_graph(
     graph: g.JobGraph,
-    plans: Sequence[QueryPlan],
+    plans: Sequence[SinkGroup],
     sources: Mapping[str, KafkaSourceConfig],
     sinks: Mapping[str, KafkaSinkConfig],
     guarantee: str,
@@ -63,7 +63,7 @@ def describe_graph(
 
     Args:
         graph: The job graph the pipeline function built.
-        plans: The queries `plan.queries.plan_queries` made of it.
+        plans: The queries `plan.queries.group_sinks` made of it.
         sources, sinks, tables: The job's connectors by name (tables: `KafkaTableConfig`s).
         guarantee: The job's delivery guarantee (shown on the sinks).
     """

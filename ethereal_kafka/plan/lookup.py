@@ -33,12 +33,12 @@ from ethereal_kafka.connectors.table import TableSpec, lookup_key, table_store
 from ethereal_kafka.connectors.table_pins import PINS_COLUMN, decode_pins, encode_tables
 from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.pyfuncs import UserFunctionError
-from ethereal_kafka.plan.queries import QueryPlan, ancestors
 from ethereal_kafka.plan.schema import arrow_of, spark_struct
+from ethereal_kafka.plan.sink_groups import SinkGroup, ancestors
 from ethereal_kafka.plan.stream import Stream
 
 
-def pin_lookup_tables(plan: QueryPlan, graph: g.JobGraph, tables: dict[str, Any]) -> QueryPlan:
+def pin_lookup_tables(plan: SinkGroup, graph: g.JobGraph, tables: dict[str, Any]) -> SinkGroup:
     """`plan` with `pin.tables` set on each source that feeds one of its lookup joins (see the module docstring).
 
     Called by `compiler.compile_graph` before the query is compiled.

@@ -38,10 +38,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from ethereal_kafka.plan.context import CompileContext
-    from ethereal_kafka.plan.queries import Branch, QueryPlan
+    from ethereal_kafka.plan.sink_groups import Branch, SinkGroup
 
 
-def bind_sinks(ctx: CompileContext, plan: QueryPlan) -> tuple[DataFrame, tuple[KafkaSinkConfig, ...]]:
+def bind_sinks(ctx: CompileContext, plan: SinkGroup) -> tuple[DataFrame, tuple[KafkaSinkConfig, ...]]:
     """The query's final DataFrame and its sink connectors (with their key/value columns set).
 
     Raises:

@@ -46,9 +46,9 @@ from ethereal_kafka.connectors.kafka.admission import (
 )
 
 if TYPE_CHECKING:
-    from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator
     from ethereal_kafka.checkpoint.history import EpochRecord
     from ethereal_kafka.config.job import JobConfig
+    from ethereal_kafka.eos.coordinator import CheckpointCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class EpochSizer:
         """
         if self.job.epoch_sizing != "adaptive":
             return
-        for query, shape in coordinator.shapes.items():
+        for query, shape in coordinator.queries.items():
             for source in coordinator.query_sources(query):
                 path = budget_path(source)
                 if path is None:

@@ -41,8 +41,8 @@ from ethereal_kafka.runtime.scaling_policy import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ethereal_kafka.checkpoint.gate import EpochGate
     from ethereal_kafka.config.job import JobConfig
+    from ethereal_kafka.eos.gate import EpochGate
 
 log = logging.getLogger(__name__)
 

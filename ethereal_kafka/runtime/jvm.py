@@ -24,8 +24,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from ethereal_kafka.broker.jars import cache_home
 from ethereal_kafka.errors import SparkSetupError
+from ethereal_kafka.paths import cache_home
 from ethereal_kafka.runtime.spark_home import installed_spark_home, launch_home
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from ethereal_kafka.checkpoint.errors import EpochRefusedError
-from ethereal_kafka.checkpoint.gate import EpochGate, EpochOutcome
+from ethereal_kafka.eos.errors import EpochRefusedError
+from ethereal_kafka.eos.gate import EpochGate, EpochOutcome
 from ethereal_kafka.runtime.errors import JobFailedError
 from ethereal_kafka.runtime.failure import root_cause
 

@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ethereal_kafka.broker.jars import cache_home
 from ethereal_kafka.connectors.kafka.clients import LIBRDKAFKA_LOGGER
+from ethereal_kafka.paths import cache_home
 from ethereal_kafka.runtime.progress import above_live_line
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ LOG_ROOT_ENV = "ETHEREAL_KAFKA_LOG_DIR"
 
 def default_log_dir(app_id: str) -> Path:
     """Where a run logs when `--log-dir` is not given: `$ETHEREAL_KAFKA_LOG_DIR/<app.id>` when that is set, else
-    `<cache>/apps/<app.id>/logs` beside the app's history (`broker.jars.cache_home`: `$ETHEREAL_KAFKA_HOME`, else
+    `<cache>/apps/<app.id>/logs` beside the app's history (`paths.cache_home`: `$ETHEREAL_KAFKA_HOME`, else
     `$XDG_CACHE_HOME/ethereal-kafka`, else `~/.cache/ethereal-kafka`), so two users of a host never share one."""
     root = os.environ.get(LOG_ROOT_ENV)
     if root:

@@ -47,11 +47,11 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from pyspark.sql import SparkSession
 
-    from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator
     from ethereal_kafka.checkpoint.history import EpochRecord
     from ethereal_kafka.config.connectors import KafkaSourceConfig
     from ethereal_kafka.config.job import LoadedJob
     from ethereal_kafka.connectors.kafka.read_stats import ReportChannel
+    from ethereal_kafka.eos.coordinator import CheckpointCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,10 @@ class LoadReading:
 
 
 @dataclass
-class _Query:
+class _QueryTally:
+    """What the metrics keep about one query: the sinks it writes (late-data side outputs among them) and its last
+    committed epoch."""
+
     sinks: tuple[str, ...]
     side_outputs: frozenset[str]
     last_epoch: int | None = None
@@ -167,7 +170,7 @@ class JobMetrics:
         self._sources = dict(sources)
         self._clock = clock
         self._lock = threading.Lock()
-        self._queries: dict[str, _Query] = {}
+        self._queries: dict[str, _QueryTally] = {}
         self._pending: dict[tuple[str, int, int], deque[tuple[float, ReadReport]]] = defaultdict(deque)
         self._topic_sources: dict[str, str] = {}
         self.records_in: dict[Labels, int] = defaultdict(int)  # (query, source)
@@ -205,7 +208,7 @@ class JobMetrics:
         """Declare a query: its sinks in `__sink` index order, which of them are late-data side outputs, and the
         sources it reads. Its counters and histograms start at zero here, so the endpoint lists them at once."""
         with self._lock:
-            self._queries[name] = _Query(tuple(sinks), frozenset(side_outputs) & frozenset(sinks))
+            self._queries[name] = _QueryTally(tuple(sinks), frozenset(side_outputs) & frozenset(sinks))
             for sink in sinks:
                 self.records_out[(name, sink)] += 0
             for outcome in ("committed", "failed"):
@@ -239,7 +242,7 @@ class JobMetrics:
             self.epochs[(query, record.outcome)] += 1
             if record.outcome != "committed":
                 return None
-            shape = self._queries.setdefault(query, _Query((), frozenset()))
+            shape = self._queries.setdefault(query, _QueryTally((), frozenset()))
             commit_ms = record.started_ms + record.duration_ms
             if shape.last_epoch is None or record.epoch >= shape.last_epoch:
                 shape.last_epoch, shape.last_epoch_ms = record.epoch, record.duration_ms
@@ -403,7 +406,7 @@ class JobMetrics:
             names = set(self._queries) | {k[0] for k in self.records_in} | {k[0] for k in self.epochs}
             queries: dict[str, dict[str, Any]] = {}
             for name in sorted(names):
-                shape = self._queries.get(name, _Query((), frozenset()))
+                shape = self._queries.get(name, _QueryTally((), frozenset()))
                 latency: Histogram | None = None
                 for (q, _source), hist in self.latency_seconds.items():
                     if q == name:
@@ -499,7 +502,9 @@ class JobMetrics:
             table[key] = Histogram(bounds)
         return table[key]
 
-    def _count_outputs(self, query: str, shape: _Query, record: EpochRecord, tasks: Sequence[Any]) -> None:
+    def _count_outputs(
+        self, query: str, shape: _QueryTally, record: EpochRecord, tasks: Sequence[Any]
+    ) -> None:
         per_sink = [0] * len(shape.sinks)
         split = bool(tasks) and bool(shape.sinks)
         for row in tasks:
@@ -645,9 +650,9 @@ class RunMetrics:
         queries start). `side_outputs`: names of sinks fed by a late-data side output."""
         if self.metrics is None:
             return
-        for name, shape in coordinator.shapes.items():
+        for name, query in coordinator.queries.items():
             sources = [s.name for s in coordinator.query_sources(name)]
-            self.metrics.add_query(name, [s.name for s in shape.sinks], side_outputs, sources)
+            self.metrics.add_query(name, [s.name for s in query.sinks], side_outputs, sources)
         coordinator.epoch_annotators.append(self.metrics.observe_epoch)
 
     def start_progress(self) -> None:

@@ -18,46 +18,20 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob
 from ethereal_kafka.errors import ConfigError
-from ethereal_kafka.plan.classify import classify, sources_read
+from ethereal_kafka.plan.classify import classify, output_mode, sources_read
+from ethereal_kafka.plan.query import Query
 from ethereal_kafka.runtime.transform import dataframe_pipeline
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from ethereal_kafka.api.environment import StreamExecutionEnvironment
-
-
-@dataclass(frozen=True)
-class QueryBuild:
-    """One streaming query ready to start.
-
-    Attributes:
-        name: Fixed for the job's life: names the query's checkpoint folder and transactional ids.
-        frame: The streaming DataFrame the query writes.
-        sinks: The sink connectors it writes (rows pick one by `__sink` when there are several).
-        output_mode: Spark output mode.
-        mode: `partition-preserving` or `shuffling` (see `plan.classify`).
-        stateful: The query keeps operator state between epochs.
-        sources: The source connectors as this query reads them (empty: every source of the job as given).
-        spark_conf: Session settings to apply while the query starts (see `plan.compiler.CompiledQuery`).
-        late_sinks: Sinks fed by a window's late-data side output (counted as late records by the metrics).
-    """
-
-    name: str
-    frame: DataFrame
-    sinks: tuple[KafkaSinkConfig, ...]
-    output_mode: str
-    mode: str
-    stateful: bool
-    sources: tuple[KafkaSourceConfig, ...] = ()
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-    late_sinks: tuple[str, ...] = ()
 
 
 def is_graph_pipeline(function: Any) -> bool:
@@ -76,9 +50,11 @@ def source_frame(spark: SparkSession, config: KafkaSourceConfig) -> DataFrame:
 
 @dataclass(frozen=True)
 class BuiltPipeline:
-    """A pipeline's queries, and its description for people (`plan.describe`: which operator runs where)."""
+    """A pipeline's queries, the DataFrame each writes (by query name), and its description for people
+    (`plan.describe`: which operator runs where)."""
 
-    queries: list[QueryBuild]
+    queries: list[Query]
+    frames: Mapping[str, DataFrame]
     plan: dict[str, Any]
 
 
@@ -87,7 +63,7 @@ def build_queries(
     loaded: LoadedJob,
     sources: Mapping[str, KafkaSourceConfig],
     graph_builder: Callable[[StreamExecutionEnvironment], None] | None = None,
-) -> list[QueryBuild]:
+) -> list[Query]:
     """The queries of `build_pipeline` (same arguments, same errors)."""
     return build_pipeline(spark, loaded, sources, graph_builder).queries
 
@@ -112,35 +88,22 @@ def build_pipeline(
     if graph_builder is not None or is_graph_pipeline(function):
         from ethereal_kafka.api.environment import StreamExecutionEnvironment
         from ethereal_kafka.plan.compiler import ConnectorSet, compile_graph
-        from ethereal_kafka.plan.queries import plan_queries
+        from ethereal_kafka.plan.sink_groups import group_sinks
 
         env = StreamExecutionEnvironment.for_job(loaded, sources=sources)
         function(env)
         graph = env.graph()
-        builds = [
-            QueryBuild(
-                q.name,
-                q.frame,
-                q.sinks,
-                q.output_mode,
-                q.mode,
-                q.stateful,
-                q.sources,
-                q.spark_conf,
-                q.late_sinks,
-            )
-            for q in compile_graph(
-                spark,
-                graph,
-                loaded.job,
-                ConnectorSet(dict(sources), dict(loaded.sinks), dict(loaded.tables)),
-            )
-        ]
-        plan = describe_graph(
-            graph, plan_queries(graph, dict(sources)), sources, loaded.sinks, guarantee, loaded.tables
+        compiled = compile_graph(
+            spark, graph, loaded.job, ConnectorSet(dict(sources), dict(loaded.sinks), dict(loaded.tables))
         )
-        return BuiltPipeline(builds, with_query_shapes(plan, _shapes(builds)))
-    builds = _dataframe_queries(spark, loaded, sources, function)
+        builds = [query for query, _ in compiled]
+        plan = describe_graph(
+            graph, group_sinks(graph, dict(sources)), sources, loaded.sinks, guarantee, loaded.tables
+        )
+        frames = {query.name: frame for query, frame in compiled}
+        return BuiltPipeline(builds, frames, with_query_shapes(plan, _shapes(builds)))
+    pairs = _dataframe_queries(spark, loaded, sources, function)
+    builds = [query for query, _ in pairs]
     what = loaded.job.pipeline or "transform.sql"
     plan = describe_dataframe(
         [(b.name, [s.name for s in b.sinks], [s.name for s in b.sources]) for b in builds],
@@ -149,12 +112,13 @@ def build_pipeline(
         guarantee,
         what,
     )
-    return BuiltPipeline(builds, with_query_shapes(plan, _shapes(builds)))
+    frames = {query.name: frame for query, frame in pairs}
+    return BuiltPipeline(builds, frames, with_query_shapes(plan, _shapes(builds)))
 
 
 def _dataframe_queries(
     spark: SparkSession, loaded: LoadedJob, sources: Mapping[str, KafkaSourceConfig], function: Any
-) -> list[QueryBuild]:
+) -> list[tuple[Query, DataFrame]]:
     """One query per sink of a DataFrame pipeline, each with the sources it reads as it reads them.
 
     As for DataStream pipelines, a source read by several queries is read by each with its own consumer group
@@ -171,7 +135,7 @@ def _dataframe_queries(
     for names in reads.values():
         for source in names:
             readers[source] = readers.get(source, 0) + 1
-    builds = []
+    builds: list[tuple[Query, DataFrame]] = []
     for name, frame in outputs.items():
         own = {
             source: dataclasses.replace(conf, group_id=f"{conf.group}.{name}")
@@ -181,18 +145,16 @@ def _dataframe_queries(
         }
         if own != dict(sources):
             frame = _outputs(loaded, function({s: source_frame(spark, c) for s, c in own.items()}))[name]
-        shape = classify(frame)
-        builds.append(
-            QueryBuild(
-                name,
-                frame,
-                (loaded.sinks[name],),
-                shape.output_mode(loaded.job.output_mode),
-                shape.mode,
-                shape.stateful,
-                tuple(own[s] for s in reads[name]),
-            )
+        layout, stateful, watermarked = classify(frame)
+        query = Query(
+            name,
+            (loaded.sinks[name],),
+            tuple(own[s] for s in reads[name]),
+            layout,
+            stateful,
+            output_mode(stateful, watermarked, loaded.job.output_mode),
         )
+        builds.append((query, frame))
     return builds
 
 
@@ -217,5 +179,5 @@ def _outputs(loaded: LoadedJob, outputs: Any) -> dict[str, DataFrame]:
     return dict(outputs)
 
 
-def _shapes(builds: list[QueryBuild]) -> dict[str, dict[str, Any]]:
-    return {b.name: {"mode": b.mode, "stateful": b.stateful, "output_mode": b.output_mode} for b in builds}
+def _shapes(builds: list[Query]) -> dict[str, dict[str, Any]]:
+    return {b.name: {"mode": b.layout, "stateful": b.stateful, "output_mode": b.output_mode} for b in builds}

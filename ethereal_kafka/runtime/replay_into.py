@@ -21,11 +21,11 @@ from pathlib import Path
 
 from ethereal_kafka.checkpoint.apps import app_dir
 from ethereal_kafka.checkpoint.errors import ReplayError
-from ethereal_kafka.checkpoint.group_offsets import progress_queries
 from ethereal_kafka.checkpoint.history import HistoryError, HistoryLog
 from ethereal_kafka.config.job import LoadedJob
 from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata
-from ethereal_kafka.connectors.kafka.epoch_write import owner_group, progress_topic
+from ethereal_kafka.eos.committed import progress_queries
+from ethereal_kafka.eos.names import owner_group, progress_group, progress_topic
 from ethereal_kafka.errors import EtherealKafkaError
 
 
@@ -139,7 +139,7 @@ def _clean_up(job: LoadedJob) -> tuple[str, ...]:
     except EtherealKafkaError as exc:
         queries = []
         leftovers.append(f"progress groups {topic}.* not listed, so not deleted: {exc}")
-    groups = [app_id, owner_group(app_id), *(f"{topic}.{q}" for q in queries)]
+    groups = [app_id, owner_group(app_id), *(progress_group(app_id, q) for q in queries)]
     for what, futures in (
         ("topic", admin.delete_topics([topic], operation_timeout=30)),
         ("group", admin.delete_consumer_groups(groups, request_timeout=30)),

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ethereal_kafka.checkpoint.apps import record_run
-from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, QuerySinks
-from ethereal_kafka.checkpoint.epoch_writer import EpochWriter
 from ethereal_kafka.checkpoint.history import HistoryLog
-from ethereal_kafka.checkpoint.ownership import InstanceGuard
-from ethereal_kafka.checkpoint.replay import take_replay_intent
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_clients
+from ethereal_kafka.eos.coordinator import CheckpointCoordinator
+from ethereal_kafka.eos.epoch_writer import EpochWriter
+from ethereal_kafka.eos.ownership import InstanceGuard
+from ethereal_kafka.eos.replay import take_replay_intent
 from ethereal_kafka.errors import EtherealKafkaError, SparkSetupError
 from ethereal_kafka.runtime.admission import EpochSizer
 from ethereal_kafka.runtime.autoscaler import open_autoscaler
@@ -119,7 +119,7 @@ def start(
     epoch sizer posts each source's first budget before the queries start; with an `autoscale.policy` the
     autoscaler places the executors before and evaluates once they run (`RunningJob.close()` stops it).
 
-    `guard` is this instance's hold on the app (`checkpoint.ownership`), acquired by the caller; without one the
+    `guard` is this instance's hold on the app (`eos.ownership`), acquired by the caller; without one the
     job takes the app itself (refusing when another instance runs it) and lets it go when the job is stopped.
 
     Raises:
@@ -177,21 +177,7 @@ def _start(
     pipeline = build_pipeline(spark, loaded, sources, graph_builder)
     builds = pipeline.queries
     history = HistoryLog(job.app_id)
-    coordinator = CheckpointCoordinator(
-        CoordinatorSettings(
-            app_id=job.app_id,
-            guarantee=job.delivery_guarantee,
-            checkpoint_root=job.checkpoint_location,
-            sink_tasks=job.sink_tasks,
-            transaction_timeout_ms=job.transaction_timeout_ms,
-            epoch_interval_ms=job.trigger_interval_ms,
-            min_pause_ms=job.min_pause_between_epochs_ms,
-        ),
-        sources,
-        loaded.sinks,
-        history,
-        owner=guard.claim,
-    )
+    coordinator = CheckpointCoordinator(job, sources, loaded.sinks, history, owner=guard.claim)
     groups: dict[str, list[str]] = {}
     for build in builds:
         for config in build.sources or tuple(sources.values()):
@@ -199,8 +185,7 @@ def _start(
     # Before the claim: `replay` must know every local claim (and every group the queries commit to).
     record_run(loaded, coordinator.instance_id, groups)
     coordinator.prepare(
-        [QuerySinks(b.name, b.sinks, b.mode, b.stateful, b.sources) for b in builds],
-        replaying=fresh and (job.replay_from is not None or replay_starts is not None),
+        builds, replaying=fresh and (job.replay_from is not None or replay_starts is not None)
     )
     bookkeeping = metrics.metrics if metrics is not None else None
     if metrics is not None:
@@ -218,7 +203,8 @@ def _start(
     queries = {}
     for build in builds:
         writer = (
-            build.frame.writeStream.foreachBatch(EpochWriter(coordinator, build.name))
+            pipeline.frames[build.name]
+            .writeStream.foreachBatch(EpochWriter(coordinator, build.name))
             .queryName(f"{job.app_id}-{build.name}")
             .option("checkpointLocation", coordinator.location(build.name))
             .outputMode(build.output_mode)
@@ -349,7 +335,7 @@ def run(
     (short) and to `log_dir` (full; default `runtime.logs.default_log_dir`).
 
     One instance runs an app at a time: another running instance makes this one refuse before Spark starts, unless
-    `takeover` asks that instance to stop between epochs and hand over (`checkpoint.ownership`).
+    `takeover` asks that instance to stop between epochs and hand over (`eos.ownership`).
 
     Before Spark starts, the job passes the checks `validate` makes (`runtime.preflight`), and the job file's folder
     is put on the path the driver and Spark's Python workers import the pipeline module from (`runtime.imports`).
@@ -422,19 +408,31 @@ def observe_last_progress(metrics: JobMetrics, query: StreamingQuery) -> None:
         log.debug("last progress of %s not read", query.name, exc_info=True)
 
 
+#: The entry-point group the live web UI registers in (`pyproject.toml`: `ethereal_kafka.ui.live:LiveUi.serve`).
+UI_GROUP = "ethereal_kafka.ui"
+
+
 def open_ui(loaded: LoadedJob, metrics: RunMetrics) -> Any:
-    """The hook to the web UI (`ethereal_kafka.ui.live`, a layer above this one, imported only here): serve it on
-    `ui.host`:`ui.port` when `ui.enabled`; returns the UI (a `RunObserver` with `close()`) or None.
+    """The hook to the web UI: serve it on `ui.host`:`ui.port` when `ui.enabled`; returns the UI (a `RunObserver`
+    with `close()`) or None. The UI is a layer above the runtime (it reads the runtime's metrics), so the runner
+    finds it by its registration (the package entry point `ethereal_kafka.ui` / `live`), not an import.
 
     Raises:
         ConfigError: the UI cannot listen on its address.
+        EtherealKafkaError: no UI is registered (the package is not installed: `pip install -e .`).
     """
+    from importlib.metadata import entry_points
+
     job = loaded.job
     if not job.ui_enabled or metrics.metrics is None:
         return None
-    from ethereal_kafka.ui.live import LiveUi
-
-    return LiveUi.serve(metrics.metrics, job.ui_host, job.ui_port)
+    found = entry_points(group=UI_GROUP, name="live")
+    if not found:
+        raise EtherealKafkaError(
+            f"no live web UI is registered (entry point group {UI_GROUP}): install the package (pip install -e .), "
+            "or set ui.enabled=false"
+        )
+    return next(iter(found)).load()(metrics.metrics, job.ui_host, job.ui_port)
 
 
 def stop_session(spark: SparkSession) -> None:

@@ -12,12 +12,10 @@ import dataclasses
 from pathlib import Path
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.config.job import JobConfig, LoadedJob
+from ethereal_kafka.config.job import Guarantee, JobConfig, LoadedJob
 from ethereal_kafka.connectors.kafka.epoch_bounds import check_bounds_fit, default_bounds
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.runtime.admission import sized_source
-
-EXACTLY_ONCE = "exactly-once"
 
 
 def bounded_source(job: JobConfig, source: KafkaSourceConfig) -> dict[str, object]:
@@ -25,13 +23,13 @@ def bounded_source(job: JobConfig, source: KafkaSourceConfig) -> dict[str, objec
     bound left at 0 gets `epoch_bounds.default_bounds`, and dead letters commit with their epoch; then the sizing
     mode's changes (`admission.sized_source`), within those bounds."""
     changes: dict[str, object] = {}
-    if job.delivery_guarantee == EXACTLY_ONCE:
+    if job.delivery_guarantee == Guarantee.EXACTLY_ONCE:
         max_records, max_bytes = default_bounds(job.transaction_timeout_ms, job.trigger_interval_ms)
         if source.max_records_per_epoch == 0:
             changes["max_records_per_epoch"] = max_records
         if source.max_bytes_per_epoch == 0:
             changes["max_bytes_per_epoch"] = max_bytes
-        changes["dlq_delivery"] = "epoch"  # dead letters commit with their epoch (`dead_letters`)
+        changes["dlq_delivery"] = "epoch"  # dead letters commit with their epoch (`eos.dead_letters`)
     changes.update(sized_source(job, dataclasses.replace(source, **changes)))  # type: ignore[arg-type]
     return changes
 
@@ -42,7 +40,7 @@ def bound_problems(loaded: LoadedJob) -> list[str]:
     trigger interval (named in the job file). Empty otherwise. No I/O beyond the measured record size a source's
     checkpoint may hold."""
     job = loaded.job
-    if job.delivery_guarantee != EXACTLY_ONCE:
+    if job.delivery_guarantee != Guarantee.EXACTLY_ONCE:
         return []
     if job.transaction_timeout_ms < job.trigger_interval_ms:
         return [

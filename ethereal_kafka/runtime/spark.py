@@ -188,10 +188,10 @@ def local_session(
 
 def register_sources(spark: SparkSession) -> None:
     """Register ethereal-kafka's Python data sources with `spark` (idempotent)."""
-    from ethereal_kafka.connectors.kafka.source import KafkaDataSource
+    from ethereal_kafka.eos.source import ExactlyOnceKafkaSource
 
     skip_static_source_lookup(spark)
-    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(ExactlyOnceKafkaSource)
 
 
 #: Spark's record of the statically installed Python data sources (a `private[spark] var` of the

@@ -22,7 +22,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ethereal_kafka.broker.jars import cache_home
+from ethereal_kafka.paths import cache_home
 
 #: Set to `0` to launch from the installed pyspark folder itself (to compare, or to rule the mirror out).
 ENV_SWITCH = "ETHEREAL_KAFKA_SPARK_HOME_MIRROR"

@@ -6,9 +6,9 @@ input (`produce`), read what a topic holds as a read_committed consumer sees it 
 and the outcome of a `run_job` run (`JobRun`, `InProcessRunError`). Users' guide: docs/testing-your-job.md.
 """
 
+from ethereal_kafka.connectors.kafka.topics import ReadRecord, create_topic, produce, read_all, read_committed
 from ethereal_kafka.testing.cluster import KafkaCluster, start_cluster
 from ethereal_kafka.testing.jobs import InProcessRunError, JobRun, run_in_process
-from ethereal_kafka.testing.kafka_io import ReadRecord, create_topic, produce, read_all, read_committed
 
 __all__ = [
     "InProcessRunError",

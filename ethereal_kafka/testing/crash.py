@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--topic", required=True, help="output topic")
     args = parser.parse_args(argv)
-    from ethereal_kafka.testing.kafka_io import read_committed
+    from ethereal_kafka.connectors.kafka.topics import read_committed
 
     run = run_with_kills(args.job, args.kills, args.seed)
     print("\n".join(run.landed))

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ethereal_kafka.connectors.kafka.topics import create_topic
 from ethereal_kafka.testing.cluster import KafkaCluster, leaked_broker_pids, start_cluster
-from ethereal_kafka.testing.kafka_io import create_topic
 from ethereal_kafka.testing.registry import schema_registry
 
 __all__ = [

@@ -1,7 +1,7 @@
 """A real Confluent-compatible schema registry for tests: Apicurio Registry 3 run from its Maven Central layout.
 
 `LocalSchemaRegistry` resolves `io.apicurio:apicurio-registry-app:<version>:tar.gz:all` once with Maven into the
-same cache root as the local broker (`ethereal_kafka.broker.jars.cache_home()`), marks the unpacked layout complete
+same cache root as the local broker (`ethereal_kafka.paths.cache_home()`), marks the unpacked layout complete
 so later runs are offline, and runs `java -jar quarkus-run.jar` (in-memory storage) on a free 127.0.0.1 port in its
 own session. The Confluent-compatible API is served under `/apis/ccompat/v7`; `url` points there, so it can be
 given as `schema.registry.url` to `SchemaRegistryClient` and to the serde layer.
@@ -29,9 +29,9 @@ from types import TracebackType
 
 import pytest
 
-from ethereal_kafka.broker.jars import cache_home
 from ethereal_kafka.broker.procs import live_pids
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.paths import cache_home
 
 #: The pinned Apicurio Registry release (Maven Central publishes `-all.tar.gz` for 3.0.9, 3.3.2, 3.3.3).
 #: 3.3.x needs Java 21+; `find_java` looks for one beside the default Java 17.

@@ -20,7 +20,7 @@ from ethereal_kafka.ui import views
 from ethereal_kafka.ui.server import UiServer
 
 if TYPE_CHECKING:
-    from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator
+    from ethereal_kafka.eos.coordinator import CheckpointCoordinator
     from ethereal_kafka.runtime.description import RunDescription
     from ethereal_kafka.runtime.metrics import JobMetrics
 

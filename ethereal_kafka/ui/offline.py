@@ -126,7 +126,7 @@ def describe_job_file(loaded: LoadedJob, started_ms: int = 0) -> RunDescription:
 def _graph_without_spark(loaded: LoadedJob) -> dict[str, Any] | None:
     from ethereal_kafka.api.environment import StreamExecutionEnvironment
     from ethereal_kafka.plan.describe import describe_graph
-    from ethereal_kafka.plan.queries import plan_queries
+    from ethereal_kafka.plan.sink_groups import group_sinks
     from ethereal_kafka.runtime.job import resolve_pipeline
     from ethereal_kafka.runtime.pipeline import is_graph_pipeline
 
@@ -139,7 +139,7 @@ def _graph_without_spark(loaded: LoadedJob) -> dict[str, Any] | None:
         env = StreamExecutionEnvironment.for_job(loaded)
         function(env)
         graph = env.graph()
-        plans = plan_queries(graph, dict(loaded.sources))
+        plans = group_sinks(graph, dict(loaded.sources))
     except Exception as exc:  # e.g. a Spark column expression without a session: fall back to connectors
         log.info("the pipeline's graph cannot be built without Spark (%s): showing its connectors", exc)
         return None

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ethereal_kafka.connectors.kafka.topics import ReadRecord, produce, read_committed
 from ethereal_kafka.testing.epochs import Epoch, read_epochs
-from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_committed
 from tests.integration.eos_helpers import EPOCH_RECORDS_ENV
 
 

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_all, read_committed
+from ethereal_kafka.connectors.kafka.topics import ReadRecord, produce, read_all, read_committed
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import pyarrow as pa
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.encoding import SinkOutput
-from ethereal_kafka.connectors.kafka.epoch_write import EpochWrite, TaskSlot
-from ethereal_kafka.connectors.kafka.transactional import TransactionalTask
+from ethereal_kafka.eos.phase_one import TransactionalTask
+from ethereal_kafka.eos.task_plan import EpochWrite, TaskSlot
 from ethereal_kafka.serde import SerdeSpec
 
 #: The input end offset the marker commits (a partition-preserving task's marker is its input partition's offset).

@@ -10,9 +10,9 @@ import pytest
 
 from ethereal_kafka.config import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.sink import KafkaSink
+from ethereal_kafka.connectors.kafka.topics import produce, read_committed
 from ethereal_kafka.serde import build_codec, pin_schema
 from ethereal_kafka.testing.cluster import KafkaCluster
-from ethereal_kafka.testing.kafka_io import produce, read_committed
 from ethereal_kafka.testing.plugin import TopicFactory
 from ethereal_kafka.testing.spark_io import read_source_available
 

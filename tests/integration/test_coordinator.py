@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ethereal_kafka.checkpoint.coordinator import CheckpointCoordinator, CoordinatorSettings, QuerySinks
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
-from ethereal_kafka.connectors.kafka.errors import FencedError
-from ethereal_kafka.connectors.kafka.markers import EpochMarker, OwnerClaim
-from ethereal_kafka.plan.classify import SHUFFLING
+from ethereal_kafka.config.job import JobConfig
+from ethereal_kafka.connectors.kafka.offsets import Offsets
+from ethereal_kafka.eos.coordinator import CheckpointCoordinator
+from ethereal_kafka.eos.errors import FencedError
+from ethereal_kafka.eos.markers import EpochMarker, OwnerClaim
+from ethereal_kafka.plan.query import Layout, Query
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import TopicFactory
 from tests.integration.eos_helpers import group_offsets
@@ -34,12 +36,22 @@ def _coordinator(
         {"name": "out", "bootstrap.servers": bootstrap, "topic": sink_topic}, source="test"
     )
     coordinator = CheckpointCoordinator(
-        CoordinatorSettings(app_id=app, guarantee="exactly-once", checkpoint_root=str(root), sink_tasks=2),
+        JobConfig.from_properties(
+            {
+                "app.id": app,
+                "sources": "events",
+                "sinks": "out",
+                "pipeline": "tests.integration.test_coordinator:unused",
+                "checkpoint.location": str(root),
+                "sink.tasks": 2,
+            },
+            source="test",
+        ),
         {"events": source},
         {"out": sink},
         owner=OwnerClaim(instance),
     )
-    coordinator.prepare([QuerySinks("out", (sink,), SHUFFLING, False, (source,))])
+    coordinator.prepare([Query("out", (sink,), (source,), Layout.SHUFFLING, stateful=False)])
     return coordinator, source
 
 
@@ -54,12 +66,12 @@ def test_a_taken_over_coordinator_cannot_move_group_offsets_backwards(
     old, source = _coordinator(bs, app, src, dst, tmp_path / "a", "instance-a")
     new, _ = _coordinator(bs, app, src, dst, tmp_path / "b", "instance-b")
     try:
-        new.commit_source_offsets([{src: {"0": 50, "1": 50}}], "ckpt-b", 5, "out")
+        new.commit_source_offsets([Offsets({(src, 0): 50, (src, 1): 50})], "ckpt-b", 5, "out")
         # A's epoch under its own checkpoint: its phase-two producer was fenced by B's start.
         with pytest.raises(FencedError, match="took over"):
-            old.commit_source_offsets([{src: {"0": 30, "1": 30}}], "ckpt-a", 3, "out")
+            old.commit_source_offsets([Offsets({(src, 0): 30, (src, 1): 30})], "ckpt-a", 3, "out")
         # An older epoch of the same checkpoint (a zombie replaying): the marker already covers it, nothing moves.
-        new.commit_source_offsets([{src: {"0": 40, "1": 40}}], "ckpt-b", 4, "out")
+        new.commit_source_offsets([Offsets({(src, 0): 40, (src, 1): 40})], "ckpt-b", 4, "out")
         committed = group_offsets(bs, source.group, src, 2)
         assert {p: o for p, (o, _) in committed.items()} == {0: 50, 1: 50}
         assert {EpochMarker.parse(m) for _, m in committed.values()} == {EpochMarker(app, "ckpt-b", 5)}

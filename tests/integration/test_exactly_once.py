@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from ethereal_kafka.checkpoint.errors import RecoveryError
 from ethereal_kafka.checkpoint.history import CheckpointHistory
+from ethereal_kafka.connectors.kafka.topics import add_partitions
+from ethereal_kafka.eos.errors import RecoveryError
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare, run_with_kills
 from ethereal_kafka.testing.epochs import read_epochs
 from ethereal_kafka.testing.jobs import JobRun
-from ethereal_kafka.testing.kafka_io import add_partitions
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.eos_helpers import (
     FINAL_RUN,
@@ -133,7 +133,7 @@ def test_windowed_count_survives_kills(
     ]
     feed(bs, src, inputs, 2)
     for p, (k, v) in enumerate(flush):
-        from ethereal_kafka.testing.kafka_io import produce
+        from ethereal_kafka.connectors.kafka.topics import produce
 
         produce(bs, src, [(k, v)], partition=p)
     files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:windowed_count", max_records=80)

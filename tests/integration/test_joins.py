@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ethereal_kafka.connectors.kafka.topics import read_all
 from ethereal_kafka.examples import orders as example
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import Epoch, split_by_epochs
-from ethereal_kafka.testing.kafka_io import read_all
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration import ref_joins as ref
 from tests.integration.api_helpers import (

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.checkpoint.history import CheckpointHistory
+from ethereal_kafka.connectors.kafka.topics import ReadRecord, produce, read_all
 from ethereal_kafka.runtime.logs import default_log_dir
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import read_epochs, split_by_epochs
-from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_all
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.api_helpers import ApiJob, read_json, write_api_job
 from tests.integration.join_helpers import run_to_end

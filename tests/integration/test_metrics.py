@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ethereal_kafka.connectors.kafka.topics import produce
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.jobs import JobRun
-from ethereal_kafka.testing.kafka_io import produce
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.eos_helpers import feed, output, pairs, write_job
 
@@ -144,7 +144,7 @@ def test_endpoint_counts_records_dead_letters_latency_and_epochs(
     assert samples["process_resident_memory_bytes"][0][1] > 0
     # What the metrics claim is what Kafka holds.
     assert len(pairs(output(bs, dst))) == expected_out
-    from ethereal_kafka.testing.kafka_io import read_committed
+    from ethereal_kafka.connectors.kafka.topics import read_committed
 
     assert len(read_committed(bs, dlq)) == POISON
     log = caplog.text + capsys.readouterr().err  # the log lines, then the progress lines (stderr)

@@ -9,8 +9,8 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
+from ethereal_kafka.connectors.kafka.topics import create_topic
 from ethereal_kafka.testing import KafkaCluster, produce, read_committed
-from ethereal_kafka.testing.kafka_io import create_topic
 from ethereal_kafka.testing.plugin import RunJob
 from tests.doc_blocks import write_doc_files
 

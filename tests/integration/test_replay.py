@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from ethereal_kafka.connectors.kafka.topics import ReadRecord, produce, read_committed
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare
-from ethereal_kafka.testing.kafka_io import ReadRecord, produce, read_committed
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.eos_helpers import JobFiles, feed, output, pairs, write_job
 

@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from ethereal_kafka.connectors.kafka.topics import produce, read_committed
 from ethereal_kafka.runtime.logs import JVM_OUTPUT_FILE
 from ethereal_kafka.testing.cluster import KafkaCluster
-from ethereal_kafka.testing.kafka_io import produce, read_committed
 from ethereal_kafka.testing.plugin import TopicFactory
 from tests.integration.test_run_lifecycle import _write_sql_job
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from ethereal_kafka.connectors.kafka.topics import produce, read_committed
 from ethereal_kafka.demo import demo_job_file, demo_orders, expected_large, expected_revenue
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare
-from ethereal_kafka.testing.kafka_io import produce, read_committed
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from ethereal_kafka.testing.spark_cluster import session_pids
 from tests.integration.eos_helpers import feed, pairs, write_job

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from ethereal_kafka import faults
-from ethereal_kafka.checkpoint.ownership import write_claim
-from ethereal_kafka.connectors.kafka.epoch_write import progress_topic
-from ethereal_kafka.connectors.kafka.errors import FencedError
-from ethereal_kafka.connectors.kafka.markers import OwnerClaim
+from ethereal_kafka.connectors.kafka.topics import create_topic, read_committed
+from ethereal_kafka.eos.errors import FencedError
+from ethereal_kafka.eos.markers import OwnerClaim
+from ethereal_kafka.eos.names import progress_topic
+from ethereal_kafka.eos.ownership import write_claim
 from ethereal_kafka.testing.cluster import KafkaCluster
-from ethereal_kafka.testing.kafka_io import create_topic, read_committed
 from ethereal_kafka.testing.plugin import TopicFactory
 from tests.integration.sink_task_helpers import commit_attempt, epoch_write
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from ethereal_kafka.connectors.kafka.topics import add_partitions, produce
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.testing.cluster import KafkaCluster
-from ethereal_kafka.testing.kafka_io import add_partitions, produce
 from ethereal_kafka.testing.plugin import TopicFactory
 from ethereal_kafka.testing.spark_io import read_source_available
 

@@ -34,11 +34,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.config.job import load_job
 from ethereal_kafka.connectors.kafka.clients import close_cached_clients
+from ethereal_kafka.connectors.kafka.topics import create_topic, produce
 from ethereal_kafka.faults import TXN_DELAY_ENV as FAULT_DELAY_ENV
 from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
 from ethereal_kafka.runtime.runner import open_ui, start
 from ethereal_kafka.testing.cluster import KafkaCluster
-from ethereal_kafka.testing.kafka_io import create_topic, produce
 from tests.integration.browser import chromium_page, open_page
 
 PARTITIONS = 2

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
+from ethereal_kafka.connectors.kafka.topics import ReadRecord
 from ethereal_kafka.testing.cluster import KafkaCluster
-from ethereal_kafka.testing.kafka_io import ReadRecord
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration import ref_windows as ref
 from tests.integration import window_jobs as jobs

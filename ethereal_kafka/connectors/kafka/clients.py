@@ -34,7 +34,6 @@ from tenacity import (
     wait_exponential,
 )
 
-from ethereal_kafka.connectors.kafka.markers import EpochMarker
 from ethereal_kafka.errors import KafkaConnectionError
 
 T = TypeVar("T")
@@ -264,25 +263,6 @@ def transactional_producer(
     )
     producer.init_transactions(max(30.0, timeout_ms / 1000))
     return producer
-
-
-def read_marker(
-    consumer: Consumer, topic: str, partition: int, timeout_s: float = 30.0
-) -> EpochMarker | None:
-    """The marker committed for (topic, partition) in the consumer's group, waiting for pending transactions.
-
-    A read_committed consumer asks for stable offsets, so a transaction still completing is waited for rather
-    than read as absent.
-
-    Raises:
-        KafkaException: the fetch failed after the client's own retries.
-    """
-    found = consumer.committed([TopicPartition(topic, partition)], timeout=timeout_s)
-    if not found or found[0].error is not None:
-        if found and found[0].error is not None:
-            raise KafkaException(found[0].error)
-        return None
-    return EpochMarker.parse(found[0].metadata)
 
 
 def close_quietly(consumers: Iterable[Consumer]) -> None:

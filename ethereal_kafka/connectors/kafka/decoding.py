@@ -6,7 +6,7 @@ on an executor) decodes Arrow batches of raw records. A record whose key or valu
 - `fail`: the task raises `SerdeError` naming topic, partition and offset (the query stops);
 - `skip`: dropped and counted;
 - `dlq`: sent, raw, to the dead-letter topic with headers naming the error and its origin, then dropped; under
-  exactly-once the dead letters are kept and committed with their epoch instead (`dead_letters`).
+  exactly-once the dead letters are kept and committed with their epoch instead (`eos.dead_letters`).
 
 Columns: the Kafka columns (`key`, `value`, `topic`, `partition`, `offset`, `timestamp`, `timestamp_type`,
 `headers`); with `string` format `key`/`value` are strings; with `json`/`avro` the raw bytes stay in `key`/`value`
@@ -155,7 +155,7 @@ class RecordDecoder:
         letters = dead_letters_of(raw, errors)
         self.stats.dead_lettered += len(letters)
         if self.config.dlq_delivery == "epoch":
-            self.letters.extend(letters)  # committed with the epoch (see `dead_letters`)
+            self.letters.extend(letters)  # committed with the epoch (see `eos.dead_letters`)
             return
         producer = cached_producer(self._dlq_conf)
 

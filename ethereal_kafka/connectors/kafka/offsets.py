@@ -1,15 +1,80 @@
-"""Source offsets as Spark sees them, and the pure functions over them.
+"""Offsets: where each input partition stands, and the pure functions over them.
 
-An offset is `{topic: {partition (str): next offset to read (int)}}`: JSON-friendly, as Spark's offset log needs.
+Two forms, one meaning (the next offset to read, per topic-partition):
+
+* `Offsets` — the one type the framework passes around: an immutable mapping `{(topic, partition): offset}` with
+  integer partitions, iterated in topic-partition order.
+* `SourceOffset` — its JSON form `{topic: {"partition": offset}}` (string partitions), used only where JSON is the
+  contract: Spark's offset log and the source API (`latestOffset`, `partitions`), and the checkpoint history.
+  `Offsets.from_json` and `Offsets.to_json` convert at those edges.
+
 Everything here is pure, so Spark's replay of a logged batch plans exactly the same partitions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 SourceOffset = dict[str, dict[str, int]]
 TopicPartitionKey = tuple[str, int]
+
+
+class Offsets(Mapping[TopicPartitionKey, int]):
+    """Offsets by `(topic, partition)`: immutable, hashable, iterated in topic-partition order."""
+
+    __slots__ = ("_items",)
+
+    def __init__(
+        self, items: Mapping[TopicPartitionKey, int] | Iterable[tuple[TopicPartitionKey, int]] = ()
+    ) -> None:
+        pairs = items.items() if isinstance(items, Mapping) else items
+        self._items: dict[TopicPartitionKey, int] = {
+            (str(t), int(p)): int(o)
+            for (t, p), o in sorted(pairs, key=lambda kv: (str(kv[0][0]), int(kv[0][1])))
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Mapping[str | int, int]]) -> Offsets:
+        """From the JSON form `{topic: {"partition": offset}}` (partitions as strings or ints)."""
+        return cls(((topic, int(p)), int(o)) for topic, parts in value.items() for p, o in parts.items())
+
+    def to_json(self) -> SourceOffset:
+        """The JSON form `{topic: {"partition": offset}}`, topics and partitions sorted."""
+        out: SourceOffset = {}
+        for (topic, partition), offset in self._items.items():
+            out.setdefault(topic, {})[str(partition)] = offset
+        return out
+
+    def topics(self) -> list[str]:
+        """The topics, sorted."""
+        return sorted({topic for topic, _ in self._items})
+
+    def only(self, topics: Iterable[str]) -> Offsets:
+        """The offsets of `topics` only."""
+        wanted = set(topics)
+        return Offsets({tp: o for tp, o in self._items.items() if tp[0] in wanted})
+
+    def merged(self, *others: Mapping[TopicPartitionKey, int]) -> Offsets:
+        """These offsets updated with `others` in order (a later one wins for a partition in several)."""
+        out = dict(self._items)
+        for other in others:
+            out.update(other)
+        return Offsets(out)
+
+    def __getitem__(self, key: TopicPartitionKey) -> int:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[TopicPartitionKey]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __repr__(self) -> str:
+        return f"Offsets({self.to_json()})"
 
 
 def to_flat(offset: Mapping[str, Mapping[str, int]]) -> dict[TopicPartitionKey, int]:

@@ -39,7 +39,7 @@ from pyspark.sql.types import StructType
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.admission import budget_path, read_budget
 from ethereal_kafka.connectors.kafka.clients import consumer_config
-from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter, DeadLetterReport, leave
+from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter
 from ethereal_kafka.connectors.kafka.decoding import DecodeStats, SourceLayout, decode_batches
 from ethereal_kafka.connectors.kafka.epoch_bounds import measured, records_bound
 from ethereal_kafka.connectors.kafka.offsets import (
@@ -62,6 +62,7 @@ from ethereal_kafka.connectors.table_pins import (
     pins_of,
     topics_only,
 )
+from ethereal_kafka.errors import ConfigError
 
 #: The row limit of a source bounded by bytes only (the byte budget then sets each epoch's bound).
 _UNLIMITED_ROWS = 2**31 - 1
@@ -113,7 +114,11 @@ class KafkaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """Validate the options and return the micro-batch reader (driver side)."""
-        return KafkaStreamReader(self._layout())
+        return self.reader_class(self._layout())
+
+    #: The stream reader this source builds; a subclass may name its own (`eos.source` hands dead letters kept
+    #: with `dlq.delivery=epoch` to the exactly-once protocol).
+    reader_class: type[KafkaStreamReader]
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -266,16 +271,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         def finish(stats: DecodeStats, letters: list[DeadLetter]) -> None:
             if letters:
-                leave(
-                    DeadLetterReport(
-                        self.config.group,
-                        partition.topic,
-                        partition.partition,
-                        partition.start,
-                        partition.until,
-                        tuple(letters),
-                    )
-                )
+                self.keep_dead_letters(partition, letters)
             tally.publish(stats.dead_lettered, stats.skipped)
             measured(self.config, tally.records, tally.bytes)
 
@@ -283,3 +279,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.layout, (tally.observe(messages_to_batch(chunk)) for chunk in chunks), on_finish=finish
         )
         yield from add_pins_column(batches, partition.pins) if self.config.pin_tables else batches
+
+    def keep_dead_letters(self, partition: KafkaInputPartition, letters: list[DeadLetter]) -> None:
+        """Hand on the dead letters the decoder kept for their epoch's commit (`dlq.delivery=epoch`); called on the
+        executor once a read of `partition` succeeded.
+
+        Raises:
+            ConfigError: this plain source cannot keep them; `dlq.delivery=epoch` needs the exactly-once runner's
+                source (`ethereal_kafka.eos.source`), which commits them with their epoch.
+        """
+        raise ConfigError(
+            f"source {self.config.name}: dlq.delivery=epoch keeps dead letters for the exactly-once protocol, "
+            "which this source is not registered with; use dlq.delivery=immediate"
+        )
+
+
+KafkaDataSource.reader_class = KafkaStreamReader

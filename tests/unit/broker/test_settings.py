@@ -2,8 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from ethereal_kafka.broker import BrokerSettings, LocalBroker, cache_home, kafka_version
+from ethereal_kafka.broker import BrokerSettings, LocalBroker, kafka_version
 from ethereal_kafka.broker.jars import libs_dir
+from ethereal_kafka.paths import cache_home
 
 
 def test_cache_home_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ethereal_kafka.checkpoint.errors import EpochRefusedError
-from ethereal_kafka.checkpoint.gate import EpochGate
+from ethereal_kafka.eos.errors import EpochRefusedError
+from ethereal_kafka.eos.gate import EpochGate
 
 
 def test_epochs_pass_while_open_and_their_outcome_is_kept() -> None:

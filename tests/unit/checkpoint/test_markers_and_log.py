@@ -9,7 +9,7 @@ from ethereal_kafka.checkpoint.spark_log import (
     epoch_end_offsets,
     has_progress,
 )
-from ethereal_kafka.connectors.kafka.markers import EpochMarker
+from ethereal_kafka.eos.markers import EpochMarker
 
 
 def test_marker_round_trip_and_app_ids_with_colons() -> None:
@@ -43,7 +43,10 @@ def _checkpoint(tmp_path: Path) -> Path:
 def test_reads_query_id_and_end_offsets_per_source(tmp_path: Path) -> None:
     location = _checkpoint(tmp_path)
     assert checkpoint_id(location) == "d47116c0"
-    assert epoch_end_offsets(location, 3) == [{"orders": {"0": 428, "1": 572}}, {"other": {"0": 1}}]
+    assert [o.to_json() for o in epoch_end_offsets(location, 3)] == [
+        {"orders": {"0": 428, "1": 572}},
+        {"other": {"0": 1}},
+    ]
     assert has_progress(location)
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from ethereal_kafka.checkpoint.apps import RunRecord
-from ethereal_kafka.checkpoint.errors import AppRunningError, RecoveryError, ReplayError
-from ethereal_kafka.checkpoint.group_offsets import CommittedOffset
-from ethereal_kafka.checkpoint.replay import (
+from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
+from ethereal_kafka.eos.committed import CommittedOffset
+from ethereal_kafka.eos.errors import RecoveryError
+from ethereal_kafka.eos.markers import EpochMarker, ReplayMarker
+from ethereal_kafka.eos.replay import (
     APPLIED_FILE,
     INTENT_FILE,
     PartitionReset,
@@ -23,7 +25,6 @@ from ethereal_kafka.checkpoint.replay import (
     moved_aside_path,
     take_replay_intent,
 )
-from ethereal_kafka.connectors.kafka.markers import EpochMarker, ReplayMarker
 
 
 @pytest.mark.parametrize(
@@ -148,7 +149,7 @@ def test_check_stopped_refuses_only_a_live_claim_of_another_host() -> None:
     import socket
     import time
 
-    from ethereal_kafka.connectors.kafka.markers import OwnerClaim
+    from ethereal_kafka.eos.markers import OwnerClaim
 
     now = int(time.time() * 1000)
     here = socket.gethostname()

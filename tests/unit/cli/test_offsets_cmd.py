@@ -10,11 +10,11 @@ import pytest
 
 from ethereal_kafka.checkpoint import apps
 from ethereal_kafka.checkpoint.errors import AppNotFoundError
-from ethereal_kafka.checkpoint.group_offsets import CommittedOffset, PartitionOffsets, ProgressOffsets
 from ethereal_kafka.cli import build_parser
 from ethereal_kafka.cli.app_job import format_table, resolve_app
 from ethereal_kafka.cli.offsets_cmd import render, report
-from ethereal_kafka.connectors.kafka.markers import EpochMarker, ReplayMarker
+from ethereal_kafka.eos.committed import CommittedOffset, PartitionOffsets, ProgressOffsets
+from ethereal_kafka.eos.markers import EpochMarker, ReplayMarker
 from ethereal_kafka.errors import ConfigError
 
 CKPT = "3f2a9c1d-aaaa-bbbb-cccc-0123456789ab"

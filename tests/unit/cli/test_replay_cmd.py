@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from ethereal_kafka.checkpoint.errors import ReplayError
-from ethereal_kafka.checkpoint.replay import PartitionReset, ReplayPlan, ReplayStart
 from ethereal_kafka.cli import build_parser, main
 from ethereal_kafka.cli.replay_cmd import _confirm, render_plan
 from ethereal_kafka.config.job import load_job
+from ethereal_kafka.eos.replay import PartitionReset, ReplayPlan, ReplayStart
 from ethereal_kafka.runtime.replay_into import into_job
 
 

@@ -13,7 +13,7 @@ from ethereal_kafka.api import (
 )
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.plan.describe import describe_dataframe, describe_graph, with_query_shapes
-from ethereal_kafka.plan.queries import plan_queries
+from ethereal_kafka.plan.sink_groups import group_sinks
 
 
 def _connectors() -> tuple[dict[str, KafkaSourceConfig], dict[str, KafkaSinkConfig]]:
@@ -57,7 +57,7 @@ def test_graph_description_groups_operators_by_query_and_says_where_they_run() -
     totals.get_side_output(late).sink_to("late")
     events.map(double).sink_to("copy")
     graph = env.graph()
-    plan = describe_graph(graph, plan_queries(graph, sources), sources, sinks, "exactly-once")
+    plan = describe_graph(graph, group_sinks(graph, sources), sources, sinks, "exactly-once")
     plan = with_query_shapes(plan, {"copy": {"mode": "partition-preserving", "stateful": False}})
     assert [q["name"] for q in plan["queries"]] == ["late+totals", "copy"]
     assert plan["queries"][1]["mode"] == "partition-preserving"

@@ -20,7 +20,7 @@ from tests.unit.runtime.test_runner_sources import _job
 
 def _coordinator(sources: dict[str, Any], stateful: bool = False) -> Any:
     return SimpleNamespace(
-        shapes={"out": SimpleNamespace(stateful=stateful)},
+        queries={"out": SimpleNamespace(stateful=stateful)},
         query_sources=lambda query: list(sources.values()),
         epoch_listeners=[],
     )

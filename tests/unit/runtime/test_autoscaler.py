@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from ethereal_kafka.checkpoint.gate import EpochGate
+from ethereal_kafka.eos.gate import EpochGate
 from ethereal_kafka.runtime import autoscaler as autoscaler_module
 from ethereal_kafka.runtime.autoscaler import Autoscaler, LocalExecutors, load_between
 from ethereal_kafka.runtime.metrics import LATENCY_BUCKETS, JobMetrics, LoadReading

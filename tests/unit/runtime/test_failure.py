@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ethereal_kafka.connectors.kafka.errors import TransactionError
+from ethereal_kafka.eos.errors import TransactionError
 from ethereal_kafka.runtime.failure import MAX_CHARS, cause_in_text, root_cause
 
 STREAM_FAILED = """[STREAM_FAILED] Query [id = 3326, runId = 9f7a] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in foreach batch sink. Reason: An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ethereal_kafka.checkpoint.gate import EpochGate
+from ethereal_kafka.eos.gate import EpochGate
 from ethereal_kafka.runtime.errors import JobFailedError
 from ethereal_kafka.runtime.job import RunningJob
 from ethereal_kafka.runtime.lifecycle import FINISHED, FORCED, GRACEFUL, JobLifecycle

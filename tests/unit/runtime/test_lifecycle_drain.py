@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ethereal_kafka.checkpoint.gate import EpochGate
+from ethereal_kafka.eos.gate import EpochGate
 from ethereal_kafka.runtime.job import RunningJob
 from ethereal_kafka.runtime.lifecycle import FINISHED, JobLifecycle
 from tests.unit.runtime.test_lifecycle import FakeQuery

@@ -37,14 +37,15 @@ from pathlib import Path
 from confluent_kafka import KafkaError, TopicPartition
 
 from ethereal_kafka.checkpoint.apps import RunRecord, local_path
-from ethereal_kafka.checkpoint.errors import AppRunningError, RecoveryError, ReplayError
-from ethereal_kafka.checkpoint.group_offsets import CommittedOffset, progress_queries, source_offsets
-from ethereal_kafka.checkpoint.ownership import LEASE_S
+from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import admin_client, group_consumer, with_retries
-from ethereal_kafka.connectors.kafka.epoch_write import progress_topic
-from ethereal_kafka.connectors.kafka.markers import OwnerClaim, ReplayMarker
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
+from ethereal_kafka.eos.committed import CommittedOffset, progress_queries, source_offsets
+from ethereal_kafka.eos.errors import RecoveryError
+from ethereal_kafka.eos.markers import OwnerClaim, ReplayMarker
+from ethereal_kafka.eos.names import progress_group
+from ethereal_kafka.eos.ownership import LEASE_S
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ def check_stopped(app_id: str, record: RunRecord | None, claim: CommittedOffset 
     """Refuse when the app may be running on another host. Call while holding `exclusive_run_lock`.
 
     The lock proves that no instance runs on this host. The owner claim (group `{app}.ethereal-owner`) names the
-    last instance that started anywhere, its host and its last heartbeat (`checkpoint.ownership`): a claim that
+    last instance that started anywhere, its host and its last heartbeat (`eos.ownership`): a claim that
     was released, that comes from this host (whose lock proves it stopped), or whose heartbeat lapsed is no
     obstacle.
 
@@ -330,7 +331,7 @@ def apply_replay(
                 lambda c=consumer, o=mine: c.commit(offsets=o, asynchronous=False),  # type: ignore[misc]
             )
     deleted, warnings = _delete_groups(
-        [f"{progress_topic(plan.app_id)}.{q}" for q in queries], bootstrap, passthrough
+        [progress_group(plan.app_id, q) for q in queries], bootstrap, passthrough
     )
     return ReplayOutcome(moved, intent, deleted, warnings)
 

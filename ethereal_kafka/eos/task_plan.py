@@ -11,32 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig
-from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN, SinkOutput
-
-__all__ = [
-    "SINK_INDEX_COLUMN",
-    "EpochWrite",
-    "SinkOutput",
-    "TaskSlot",
-    "owner_group",
-    "progress_topic",
-    "transactional_id",
-]
-
-
-def progress_topic(app_id: str) -> str:
-    """The internal topic whose partitions carry shuffling jobs' epoch markers and the instance claim."""
-    return f"{app_id}.ethereal-progress"
-
-
-def owner_group(app_id: str) -> str:
-    """The group whose offset on progress partition 0 names the instance that owns the app."""
-    return f"{app_id}.ethereal-owner"
-
-
-def transactional_id(app_id: str, query: str, task_name: str) -> str:
-    """`{app.id}-{query}-{task}`: stable across restarts, one live writer per id."""
-    return f"{app_id}-{query}-{task_name}"
+from ethereal_kafka.connectors.kafka.encoding import SinkOutput
+from ethereal_kafka.eos.names import transactional_id
 
 
 @dataclass(frozen=True)
@@ -49,7 +25,7 @@ class TaskSlot:
         marker_topic, marker_partition: The offset the marker is committed to.
         marker_offset: The offset value committed (the input end offset, or `epoch + 1` for progress markers).
         start_offset: Partition-preserving: the input range's start (with `marker_offset`, the range whose dead
-            letters the task commits; see `dead_letters`); -1 otherwise.
+            letters the task commits; see `eos.dead_letters`); -1 otherwise.
     """
 
     name: str

@@ -11,20 +11,21 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ethereal_kafka.checkpoint.apps import local_path
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import (
+    RETRY_DEADLINE_S,
     admin_client,
     cluster_metadata,
     group_consumer,
     watermarks,
     with_retries,
 )
-from ethereal_kafka.connectors.kafka.epoch_write import owner_group, progress_topic
-from ethereal_kafka.connectors.kafka.markers import EpochMarker, ReplayMarker
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
+from ethereal_kafka.eos.markers import EpochMarker, ReplayMarker
+from ethereal_kafka.eos.names import owner_group, progress_group, progress_topic
 
 
 @dataclass(frozen=True)
@@ -91,12 +92,19 @@ class ProgressOffsets:
 
 
 def committed_offsets(
-    bootstrap: str, group: str, passthrough: Mapping[str, str], tps: Iterable[tuple[str, int]]
+    bootstrap: str,
+    group: str,
+    passthrough: Mapping[str, str],
+    tps: Iterable[tuple[str, int]],
+    attempts: int = 30,
+    deadline_s: float = RETRY_DEADLINE_S,
 ) -> list[CommittedOffset]:
-    """The committed offsets (with metadata) of `group` for `tps`, in the order given.
+    """The committed offsets (with metadata) of `group` for `tps`, in the order given: the one way the protocol
+    reads offsets and their markers. The read is stable (read_committed: an offset pending in an open transaction is
+    waited for, never read as absent), and a per-partition error is retried, never taken for "nothing committed".
 
     Raises:
-        KafkaConnectionError: the fetch kept failing for the bounded retry time.
+        KafkaConnectionError: the fetch kept failing for `attempts` tries or `deadline_s` seconds.
     """
     query = [TopicPartition(t, p) for t, p in tps]
     if not query:
@@ -112,7 +120,8 @@ def committed_offsets(
         return found
 
     out = []
-    for tp in with_retries(f"committed offsets of group {group}", bootstrap, fetch):
+    read = with_retries(f"committed offsets of group {group}", bootstrap, fetch, attempts, deadline_s)
+    for tp in read:
         has = tp.error is None and tp.offset >= 0
         out.append(CommittedOffset(tp.topic, tp.partition, tp.offset if has else None, tp.metadata or None))
     return out
@@ -175,7 +184,7 @@ def progress_offsets(
     parts = [(topic, p) for p in sorted(found.partitions)]
     out = []
     for query in queries:
-        group = f"{topic}.{query}"
+        group = progress_group(app_id, query)
         offsets = committed_offsets(bootstrap, group, passthrough, parts)
         if any(c.offset is not None for c in offsets):
             out.append(ProgressOffsets(query, group, topic, tuple(offsets)))
@@ -187,3 +196,22 @@ def owner_claim(app_id: str, bootstrap: str, passthrough: Mapping[str, str]) -> 
     claimed (no exactly-once start yet, or the progress topic is gone)."""
     (claim,) = committed_offsets(bootstrap, owner_group(app_id), passthrough, [(progress_topic(app_id), 0)])
     return claim if claim.offset is not None and claim.metadata else None
+
+
+def read_marker(
+    consumer: Consumer, topic: str, partition: int, timeout_s: float = 30.0
+) -> EpochMarker | None:
+    """The marker committed for (topic, partition) in the consumer's group, waiting for pending transactions.
+
+    A read_committed consumer asks for stable offsets, so a transaction still completing is waited for rather
+    than read as absent.
+
+    Raises:
+        KafkaException: the fetch failed after the client's own retries.
+    """
+    found = consumer.committed([TopicPartition(topic, partition)], timeout=timeout_s)
+    if not found or found[0].error is not None:
+        if found and found[0].error is not None:
+            raise KafkaException(found[0].error)
+        return None
+    return EpochMarker.parse(found[0].metadata)

@@ -76,3 +76,16 @@ def check_layout(query: str, recorded: WriteLayout, current: WriteLayout) -> Non
             f"sink tasks whose markers make them skip (lost output); to rescale, stop the job and replay it into a "
             f"fresh checkpoint ({RESCALE_DOC}), or put the old value back"
         )
+
+
+def check_or_record_layout(query: str, query_checkpoint: str | Path, current: WriteLayout) -> None:
+    """Record `current` as the query's layout at its first start; afterwards refuse a start with another one.
+
+    Raises:
+        ConfigError: the layout differs from the recorded one (see `check_layout`).
+    """
+    recorded = read_layout(query_checkpoint)
+    if recorded is None:
+        record_layout(query_checkpoint, current)
+    else:
+        check_layout(query, recorded, current)

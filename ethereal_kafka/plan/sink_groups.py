@@ -41,8 +41,9 @@ class Branch:
 
 
 @dataclass(frozen=True)
-class QueryPlan:
-    """One query: its sinks, its fork (multi-sink), the branches, and its sources."""
+class SinkGroup:
+    """The graph nodes one query will write, before it is compiled (`plan.compiler` makes it a `plan.query.Query`):
+    its name, its sinks, its fork (multi-sink), the branches, and its sources."""
 
     name: str
     sinks: tuple[g.SinkNode, ...]
@@ -63,7 +64,7 @@ def ancestors(node: g.Node) -> set[int]:
     return seen
 
 
-def plan_queries(graph: g.JobGraph, sources: dict[str, KafkaSourceConfig]) -> list[QueryPlan]:
+def group_sinks(graph: g.JobGraph, sources: dict[str, KafkaSourceConfig]) -> list[SinkGroup]:
     """Group sinks and find forks and branches (see the module docstring).
 
     Raises:
@@ -102,7 +103,7 @@ def plan_queries(graph: g.JobGraph, sources: dict[str, KafkaSourceConfig]) -> li
                 config = dataclasses.replace(config, group_id=f"{config.group}.{name}")
             own[source] = config
         fork, branches = _split(members, reach, by_id) if len(members) > 1 else (None, ())
-        plans.append(QueryPlan(name, tuple(members), fork, branches, own))
+        plans.append(SinkGroup(name, tuple(members), fork, branches, own))
     return plans
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ethereal_kafka.checkpoint.errors import EpochRefusedError
+from ethereal_kafka.eos.errors import EpochRefusedError
 
 
 @dataclass(frozen=True)

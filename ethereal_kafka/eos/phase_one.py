@@ -34,24 +34,15 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ethereal_kafka import faults
-from ethereal_kafka.connectors.kafka.clients import (
-    bounded_call,
-    group_consumer,
-    read_marker,
-    transactional_producer,
-)
-from ethereal_kafka.connectors.kafka.dead_letters import forget, take
-from ethereal_kafka.connectors.kafka.encoding import OutRecord, encode_outputs
-from ethereal_kafka.connectors.kafka.epoch_write import (
-    SINK_INDEX_COLUMN,
-    EpochWrite,
-    TaskSlot,
-    owner_group,
-    progress_topic,
-)
-from ethereal_kafka.connectors.kafka.errors import FencedError, TransactionError
-from ethereal_kafka.connectors.kafka.markers import EpochMarker, OwnerClaim
+from ethereal_kafka.connectors.kafka.clients import bounded_call, group_consumer, transactional_producer
+from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN, OutRecord, encode_outputs
 from ethereal_kafka.connectors.kafka.sink import send_records
+from ethereal_kafka.eos.committed import read_marker
+from ethereal_kafka.eos.dead_letters import forget, take
+from ethereal_kafka.eos.errors import FencedError, TransactionError
+from ethereal_kafka.eos.markers import EpochMarker, OwnerClaim
+from ethereal_kafka.eos.names import owner_group, progress_topic
+from ethereal_kafka.eos.task_plan import EpochWrite, TaskSlot
 
 T = TypeVar("T")
 

@@ -38,8 +38,8 @@ from ethereal_kafka.checkpoint.apps import (
 )
 from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
 from ethereal_kafka.connectors.kafka.clients import group_consumer, with_retries
-from ethereal_kafka.connectors.kafka.epoch_write import owner_group, progress_topic
-from ethereal_kafka.connectors.kafka.markers import OwnerClaim
+from ethereal_kafka.eos.markers import OwnerClaim
+from ethereal_kafka.eos.names import owner_group, progress_topic
 
 log = logging.getLogger(__name__)
 

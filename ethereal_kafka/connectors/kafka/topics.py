@@ -1,4 +1,5 @@
-"""Small Kafka helpers for tests, benchmarks and the demo: create topics, produce, read back.
+"""Topic tools over plain confluent-kafka clients: create topics, add partitions, produce records, read them back
+(as a read_committed consumer sees them, or everything). Used by the test kit, the benchmarks and the demo.
 
 They use plain confluent-kafka clients with bounded waits; every read states its isolation level.
 """

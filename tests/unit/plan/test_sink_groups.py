@@ -13,7 +13,7 @@ from ethereal_kafka.api import (
 )
 from ethereal_kafka.api import WatermarkStrategy as W
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.plan.queries import plan_queries
+from ethereal_kafka.plan.sink_groups import group_sinks
 
 SOURCES = {
     "s": KafkaSourceConfig.from_properties({"bootstrap.servers": "127.0.0.1:1", "topics": "t", "name": "s"}),
@@ -37,7 +37,7 @@ def test_a_window_and_its_late_data_are_one_query_split_after_the_window() -> No
     counts = _windowed(env, late)
     counts.sink_to("counts")
     counts.get_side_output(late).map(lambda e: e).sink_to("late")
-    (plan,) = plan_queries(env.graph(), SOURCES)
+    (plan,) = group_sinks(env.graph(), SOURCES)
     assert plan.name == "counts+late"
     assert type(plan.fork).__name__ == "WindowNode"
     main, side = plan.branches
@@ -51,7 +51,7 @@ def test_sinks_sharing_only_stateless_work_get_their_own_queries_and_groups() ->
     parsed = env.from_source("s").map(lambda e: e)
     parsed.sink_to("a")
     parsed.filter(lambda e: True).sink_to("b")
-    plans = plan_queries(env.graph(), SOURCES)
+    plans = group_sinks(env.graph(), SOURCES)
     assert [p.name for p in plans] == ["a", "b"]
     assert [p.fork for p in plans] == [None, None]
     assert [p.sources["s"].group for p in plans] == ["ethereal-kafka.a", "ethereal-kafka.b"]
@@ -64,4 +64,4 @@ def test_a_stateful_operator_below_the_split_is_refused() -> None:
     counts.sink_to("counts")
     counts.key_by("k").sum("count").sink_to("totals")
     with pytest.raises(GraphError, match="below the split"):
-        plan_queries(env.graph(), SOURCES)
+        group_sinks(env.graph(), SOURCES)

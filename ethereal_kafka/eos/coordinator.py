@@ -1,0 +1,290 @@
+"""The checkpoint coordinator (driver side): one job run's hold on the exactly-once protocol.
+
+`prepare()` runs once before the queries start (`eos.startup`): it checks that the job can resume safely (recovery,
+the transaction timeout against the epoch bounds and the broker, each shuffling query's write layout), creates the
+progress topic, commits this instance's owner claim (`eos.ownership`), and runs `init_transactions` over the whole
+transactional id pool (fencing zombies and aborting their open transactions).
+
+Each query's epochs are written by its `eos.epoch_writer.EpochWriter`, which calls back here for phase two
+(`commit_source_offsets`: the input end offsets, and the epoch's dead letters, `eos.phase_two`) and to record the
+epoch (`record`: the checkpoint history, and the listeners that watch epochs: metrics, the web UI, the epoch sizer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import TopicPartition
+
+from ethereal_kafka.checkpoint.spark_log import has_progress
+from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+from ethereal_kafka.config.job import Guarantee, JobConfig
+from ethereal_kafka.connectors.kafka.clients import (
+    admin_client,
+    cluster_metadata,
+    group_consumer,
+    transactional_producer,
+    with_retries,
+)
+from ethereal_kafka.connectors.kafka.offsets import Offsets
+from ethereal_kafka.connectors.kafka.sink import check_same_cluster
+from ethereal_kafka.eos.committed import committed_offsets
+from ethereal_kafka.eos.dead_letters import DeadLetterCollector
+from ethereal_kafka.eos.errors import FencedError
+from ethereal_kafka.eos.gate import EpochGate
+from ethereal_kafka.eos.layout import WriteLayout, check_or_record_layout
+from ethereal_kafka.eos.markers import EpochMarker, OwnerClaim
+from ethereal_kafka.eos.names import phase_two_id
+from ethereal_kafka.eos.ownership import describe, read_claim, write_claim
+from ethereal_kafka.eos.phase_two import PhaseTwo, marker_covers
+from ethereal_kafka.eos.startup import (
+    check_transaction_timeout,
+    ensure_progress_topic,
+    fence_pool,
+    refuse_lost_state,
+    transactional_pool,
+)
+from ethereal_kafka.plan.query import Layout, Query
+
+if TYPE_CHECKING:
+    from ethereal_kafka.checkpoint.history import EpochRecord, HistoryLog
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointCoordinator:
+    """Owns the exactly-once protocol for one job run (one instance per app.id at a time).
+
+    Args:
+        job: The job's settings (app id, guarantee, checkpoint root, sink tasks, transaction timeout, epoch
+            interval and pause).
+        sources, sinks: The job's connectors as they run, by name.
+        history: Where epoch outcomes are recorded (None: nowhere).
+        owner: The claim this instance commits at start (`eos.ownership`); its id marks the instance's epochs.
+    """
+
+    def __init__(
+        self,
+        job: JobConfig,
+        sources: Mapping[str, KafkaSourceConfig],
+        sinks: Mapping[str, KafkaSinkConfig],
+        history: HistoryLog | None = None,
+        owner: OwnerClaim | None = None,
+    ) -> None:
+        self.job = job
+        self.sources = dict(sources)
+        self.sinks = dict(sinks)
+        self.owner = owner or OwnerClaim(uuid.uuid4().hex[:16])
+        self.instance_id = self.owner.instance_id
+        self.queries: dict[str, Query] = {}
+        self.history = history
+        #: Asked `(query, record, the sink tasks' summary rows)` before each epoch outcome is recorded; each returns
+        #: `EpochRecord` fields to add (the metrics' per-epoch latency and lag) or None.
+        self.epoch_annotators: list[Callable[[str, EpochRecord, list[Any]], Mapping[str, Any] | None]] = []
+        #: Told `(query, record, the sink tasks' summary rows)` after each epoch outcome is recorded (the web UI).
+        self.epoch_listeners: list[Callable[[str, EpochRecord, list[Any]], None]] = []
+        #: Every writer's epochs pass through it; the runner closes it to stop between epochs.
+        self.gate = EpochGate()
+        first = next(iter(self.sinks.values()))
+        self.bootstrap = first.bootstrap_servers
+        self.passthrough = first.passthrough
+        self.phase_two = PhaseTwo(job.transaction_timeout_ms, self.check_owner)
+        self.dead_letters = DeadLetterCollector(())
+        self._partitions: dict[str, int | None] = {}
+
+    @property
+    def app_id(self) -> str:
+        """The job's app id."""
+        return self.job.app_id
+
+    # -- start-up ------------------------------------------------------------------------------------------------
+    def location(self, query: str) -> str:
+        """The Spark checkpoint folder of `query`."""
+        return f"{self.job.checkpoint_location.rstrip('/')}/{query}"
+
+    def prepare(self, queries: Sequence[Query], replaying: bool = False) -> None:
+        """Check recovery, create the progress topic, claim the app, check timeouts, fence the id pool.
+
+        Args:
+            queries: The job's queries.
+            replaying: The sources were told to start from an explicit position (a deliberate replay).
+
+        Raises:
+            RecoveryError: a stateful job lost its Spark checkpoint (and is not replaying).
+            ConfigError: the transaction timeout does not fit the epoch interval or the broker's maximum, or a
+                shuffling query's write layout changed.
+        """
+        for query in queries:
+            check_same_cluster(query.sinks)
+        self.queries = {q.name: q for q in queries}
+        exactly_once = self.job.delivery_guarantee == Guarantee.EXACTLY_ONCE
+        for name, query in self.queries.items():
+            if query.stateful and not replaying and not has_progress(self.location(name)):
+                refuse_lost_state(self.app_id, self.location(name), self.query_sources(name))
+        if exactly_once:
+            check_transaction_timeout(
+                self.job.transaction_timeout_ms,
+                self.job.trigger_interval_ms,
+                self.sources.values(),
+                self.bootstrap,
+                self.passthrough,
+            )
+            self._check_layouts()
+        ensure_progress_topic(self.app_id, self.job.sink_tasks, self.bootstrap, self.passthrough)
+        write_claim(self.app_id, self.bootstrap, self.passthrough, self.owner)
+        if exactly_once:
+            pool = transactional_pool(
+                self.app_id, list(self.queries.values()), self.job.sink_tasks, self.query_sources
+            )
+            self.phase_two.keep(fence_pool(pool, self._sink_producer, self.phase_two.producer))
+            self._open_dead_letters()
+
+    def _sink_producer(self, txn_id: str) -> Any:
+        return transactional_producer(
+            txn_id, self.bootstrap, self.job.transaction_timeout_ms, self.passthrough
+        )
+
+    def _check_layouts(self) -> None:
+        """Record each shuffling query's write layout at its first start; refuse a start with another one
+        (`eos.layout`). Raises ConfigError."""
+        if "://" in self.job.checkpoint_location:
+            return
+        for name, query in self.queries.items():
+            if query.layout != Layout.SHUFFLING:
+                continue
+            current = WriteLayout(
+                self.job.sink_tasks, {s.name: self.output_partitions(s.name) for s in query.sinks}
+            )
+            check_or_record_layout(name, self.location(name), current)
+
+    def query_sources(self, query: str) -> list[KafkaSourceConfig]:
+        """The sources `query` reads (its own configs when it has them, else every source of the job)."""
+        found = self.queries.get(query)
+        return list(found.sources) if found is not None and found.sources else list(self.sources.values())
+
+    def check_owner(self) -> None:
+        """Raise FencedError when the claim names another instance than this one."""
+        found = read_claim(self.app_id, self.bootstrap, self.passthrough)
+        if found is not None and found[0].instance_id != self.instance_id:
+            raise FencedError(
+                f"app {self.app_id}: another instance ({describe(*found)}) took over; this one "
+                f"({self.instance_id}) stops"
+            )
+
+    def pool(self) -> list[str]:
+        """Every transactional id this job may use: its sink tasks' and its phase-two commits'."""
+        pool = transactional_pool(
+            self.app_id, list(self.queries.values()), self.job.sink_tasks, self.query_sources
+        )
+        return [txn_id for txn_id, _ in pool]
+
+    def output_partitions(self, sink: str) -> int | None:
+        """Partition count of `sink`'s fixed topic (None when rows name their topic), looked up once."""
+        if sink not in self._partitions:
+            topic = self.sinks[sink].topic
+            count = None
+            if topic:
+                found = cluster_metadata(
+                    admin_client(self.bootstrap, self.passthrough), self.bootstrap
+                ).topics.get(topic)
+                count = len(found.partitions) if found is not None and found.partitions else None
+            self._partitions[sink] = count
+        return self._partitions[sink]
+
+    def close(self) -> None:
+        """End of the run: close the checkpoint history (its writer stays open while epochs are recorded) and let
+        the phase-two producers go."""
+        if self.history is not None:
+            self.history.close()
+        self.dead_letters.close()
+        self.phase_two.close()
+
+    # -- epochs --------------------------------------------------------------------------------------------------
+    def commit_source_offsets(
+        self, ends: Sequence[Offsets], checkpoint: str, epoch: int, query: str | None = None
+    ) -> None:
+        """Commit epoch end offsets to the group of each source `query` reads, with the epoch marker as metadata
+        (phase two). Under exactly-once each source's offsets are committed in a transaction of the query's
+        phase-two producer (fenced by any later instance's start, so a taken-over instance cannot move them
+        backwards); otherwise with a plain offset commit.
+
+        Raises:
+            FencedError: another instance fenced this one's phase-two producer.
+            KafkaConnectionError: the commit did not succeed within bounded retries.
+        """
+        marker = EpochMarker(self.app_id, checkpoint, epoch).render()
+        candidates = self.query_sources(query) if query is not None else list(self.sources.values())
+        for offsets in ends:
+            for source in [s for s in candidates if any(s.reads(t) for t in offsets.topics())]:
+                tps = [TopicPartition(t, p, o, marker) for (t, p), o in offsets.items() if source.reads(t)]
+                if not tps:
+                    continue
+                consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
+                txn_id = phase_two_id(self.app_id, query, source.name) if query else None
+                if txn_id is not None and self.phase_two.holds(txn_id):
+                    letters = self.dead_letters.take(source.group, tps)
+                    if marker_covers(self.app_id, source, tps, checkpoint, epoch):
+                        continue  # a replay of an epoch whose phase two committed: its dead letters too
+                    self.phase_two.commit(txn_id, source, consumer, tps, letters)
+                    continue
+                with_retries(
+                    f"offset commit for group {source.group}",
+                    source.bootstrap_servers,
+                    lambda c=consumer, o=tps: c.commit(offsets=o, asynchronous=False),  # type: ignore[misc]
+                )
+
+    def _open_dead_letters(self) -> None:
+        """Listen for dead letters when a shuffling query reads a source with `on.error=dlq` under exactly-once."""
+        self.dead_letters.close()
+        self.dead_letters = DeadLetterCollector(
+            source.group
+            for name, query in self.queries.items()
+            if query.layout == Layout.SHUFFLING
+            for source in self.query_sources(name)
+            if source.on_error == "dlq" and source.dlq_delivery == "epoch"
+        )
+        self.dead_letters.open()
+
+    def offsets_committed(self, ends: Sequence[Offsets], checkpoint: str, epoch: int, query: str) -> bool:
+        """True when a source group of `query` holds a marker proving `epoch` of this checkpoint committed its
+        offsets (an at-most-once epoch being replayed)."""
+        for source in self.query_sources(query):
+            tps = [tp for offsets in ends for tp in offsets if source.reads(tp[0])]
+            if not tps:
+                continue
+            found = committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps)
+            if any(o.marker is not None and o.marker.covers(self.app_id, checkpoint, epoch) for o in found):
+                return True
+        return False
+
+    def record(self, entry: EpochRecord, query: str = "", tasks: Sequence[Any] = ()) -> None:
+        """Let `epoch_annotators` add their figures to an epoch outcome, append it to the checkpoint history (when
+        one is attached), then tell `epoch_listeners`.
+
+        The annotators, the history and the listeners are for people; their failures are logged and never fail an
+        epoch.
+        """
+        from ethereal_kafka.checkpoint.history import HistoryError
+
+        rows = list(tasks)
+        for annotate in self.epoch_annotators:
+            try:
+                extra = annotate(query, entry, rows)
+                if extra:
+                    entry = dataclasses.replace(entry, **extra)
+            except Exception:
+                log.exception("epoch annotator failed on epoch %s of %s", entry.epoch, query)
+        if self.history is not None:
+            try:
+                self.history.record(entry)
+            except HistoryError as exc:
+                log.warning("epoch %s not recorded in the history: %s", entry.epoch, exc)
+        for listener in self.epoch_listeners:
+            try:
+                listener(query, entry, rows)
+            except Exception:
+                log.exception("epoch listener failed on epoch %s of %s", entry.epoch, query)

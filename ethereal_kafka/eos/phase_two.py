@@ -1,0 +1,186 @@
+"""Phase two of the exactly-once protocol (driver): once every sink task of a shuffling query's epoch committed, the
+epoch's input end offsets are committed to the query's consumer groups with the epoch marker, together with the
+epoch's dead letters, in one transaction of the query's phase-two producer (one per source).
+
+Every start fences the whole pool (`eos.startup.fence_pool`), so a taken-over instance's phase two is fenced
+instead of moving the offsets backwards; a replay that finds the epoch's marker already committed writes nothing
+(its dead letters included).
+
+A phase-two producer that lost its brokers (a broker restart) is replaced before its next transaction: librdkafka
+can keep a stale group coordinator cached, on which `send_offsets_to_transaction` then blocks past its timeout
+(confluentinc/librdkafka#5456, #5511). A new producer's `init_transactions` looks the coordinators up afresh, and
+fences the old one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from ethereal_kafka.config.connectors import KafkaSourceConfig
+from ethereal_kafka.connectors.kafka.clients import bounded_call, transactional_producer, with_retries
+from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter
+from ethereal_kafka.connectors.kafka.encoding import OutRecord
+from ethereal_kafka.connectors.kafka.sink import send_records
+from ethereal_kafka.eos.committed import committed_offsets
+from ethereal_kafka.eos.errors import FencedError
+
+log = logging.getLogger(__name__)
+
+#: Errors that mean another instance fenced this one's producer.
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+#: Client errors after which a phase-two producer is replaced before its next transaction (see the module
+#: docstring).
+_CONNECTION_LOST_CODES = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
+
+#: How long phase two of an epoch may wait on the broker: the marker check and the offset commit it guards. A
+#: broker restart costs the epoch spanning it 7-17 s here (the producer renewal above); the budget leaves room for a
+#: slow cluster (a stable offset read also waits for an open transaction of the group to end).
+PHASE_TWO_DEADLINE_S = 180.0
+
+
+def marker_covers(
+    app_id: str, source: KafkaSourceConfig, tps: Sequence[TopicPartition], checkpoint: str, epoch: int
+) -> bool:
+    """True when `source`'s group already holds the marker of `epoch` of this checkpoint on one of `tps`.
+
+    Raises:
+        KafkaConnectionError: the read kept failing for phase two's deadline.
+    """
+    found = committed_offsets(
+        source.bootstrap_servers,
+        source.group,
+        source.passthrough,
+        [(tp.topic, tp.partition) for tp in tps],
+        attempts=8,
+        deadline_s=PHASE_TWO_DEADLINE_S,
+    )
+    markers = (offset.marker for offset in found)
+    return any(m is not None and m.covers(app_id, checkpoint, epoch) for m in markers)
+
+
+class PhaseTwo:
+    """The phase-two producers of one run and their transactions.
+
+    Args:
+        transaction_timeout_ms: The producers' transaction timeout.
+        check_owner: Raises FencedError when another instance owns the app (asked before a producer is renewed:
+            a producer fenced by a takeover must stop the run, not fence the new owner back).
+    """
+
+    def __init__(self, transaction_timeout_ms: int, check_owner: Callable[[], None]) -> None:
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.check_owner = check_owner
+        self._producers: dict[str, Producer] = {}
+        self._stale: set[str] = set()  # producers that lost their brokers since built
+
+    def producer(self, txn_id: str, source: KafkaSourceConfig) -> Producer:
+        """A new, initialised phase-two producer for `txn_id` (fencing older ones), not stale. Not kept: `keep`
+        keeps it."""
+        producer = transactional_producer(
+            txn_id,
+            source.bootstrap_servers,
+            self.transaction_timeout_ms,
+            source.passthrough,
+            on_error=lambda error: self._note_client_error(txn_id, error),
+        )
+        self._stale.discard(txn_id)
+        return producer
+
+    def keep(self, producers: dict[str, Producer]) -> None:
+        """Commit with these producers (by transactional id) from now on."""
+        self._producers.update(producers)
+
+    def holds(self, txn_id: str) -> bool:
+        """True when this run commits `txn_id`'s phase two in transactions (exactly-once)."""
+        return txn_id in self._producers
+
+    def commit(
+        self,
+        txn_id: str,
+        source: KafkaSourceConfig,
+        consumer: Any,
+        tps: list[TopicPartition],
+        letters: list[DeadLetter],
+    ) -> None:
+        """One transaction of the phase-two producer `txn_id`: the epoch's dead letters of `source` (shuffling
+        queries, `on.error=dlq`), then its end offsets with the marker (`tps` carry both). Every call that waits
+        on the broker is bounded (`bounded_call`): after a coordinator restart librdkafka's
+        `send_offsets_to_transaction` can block forever, and the epoch must instead go on with a new producer.
+
+        Raises:
+            FencedError: another instance took the app over.
+            KafkaConnectionError: no commit within phase two's retries and deadline.
+        """
+        records = [OutRecord(str(source.dlq_topic), None, d.key, d.value, list(d.headers)) for d in letters]
+
+        def attempt() -> None:
+            self._producers[txn_id].poll(0)  # serves the client's error events (`_note_client_error`)
+            if txn_id in self._stale:
+                self._renew(txn_id, source, "it lost its connection to the brokers")
+            current = self._producers[txn_id]
+            try:
+                current.begin_transaction()
+                send_records(current, records, None)
+                metadata = consumer.consumer_group_metadata()
+                bounded_call(
+                    "send_offsets_to_transaction",
+                    lambda: current.send_offsets_to_transaction(tps, metadata, 30),
+                )
+                bounded_call("commit_transaction", lambda: current.commit_transaction(30))
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                unusable = (
+                    error is None or error.fatal() or error.code() in _FENCED_CODES | {KafkaError._TIMED_OUT}
+                )
+                if not unusable:
+                    try:
+                        bounded_call("abort_transaction", lambda: current.abort_transaction(30))
+                    except KafkaException:
+                        unusable = True
+                if unusable:
+                    # Fenced by another instance (stop), or a producer that cannot go on (a call that never
+                    # returned after a coordinator restart, a fatal error, a failed abort): a new producer for the
+                    # same id fences it and aborts its transaction, and the commit is tried again.
+                    self._renew(txn_id, source, str(exc))
+                raise
+
+        with_retries(
+            f"offset commit for group {source.group}",
+            source.bootstrap_servers,
+            attempt,
+            attempts=8,
+            deadline_s=PHASE_TWO_DEADLINE_S,
+        )
+
+    def close(self) -> None:
+        """Let the producers go (end of the run)."""
+        producers, self._producers = list(self._producers.values()), {}
+        for producer in producers:
+            with contextlib.suppress(KafkaException):
+                producer.flush(0)
+
+    def _renew(self, txn_id: str, source: KafkaSourceConfig, cause: str) -> None:
+        """Replace a phase-two producer that cannot go on (`cause` says why), unless another instance took the app
+        over.
+
+        Raises:
+            FencedError: the owner claim names another instance (its start fenced this one's producer).
+        """
+        try:
+            self.check_owner()
+        except FencedError as exc:
+            raise FencedError(
+                f"{exc}; the phase-two commit for group {source.group} was fenced ({cause})"
+            ) from exc
+        log.info("phase-two producer %s renewed: %s", txn_id, cause)
+        self._producers[txn_id] = self.producer(txn_id, source)
+
+    def _note_client_error(self, txn_id: str, error: KafkaError) -> None:
+        """A phase-two producer's client error (served by `poll`): a lost connection marks it stale."""
+        if error.code() in _CONNECTION_LOST_CODES:
+            self._stale.add(txn_id)

@@ -1,0 +1,181 @@
+"""Start-up checks of the exactly-once protocol (driver, before any query starts); each refuses with one line
+rather than let a job write wrong output.
+
+Called by `CheckpointCoordinator.prepare`, in this order: the recovery check (`refuse_lost_state`), the transaction
+timeout (`check_transaction_timeout`), each shuffling query's write layout (`eos.layout`), the progress topic
+(`ensure_progress_topic`); then the claim (`eos.ownership`) and the fencing of the transactional id pool
+(`transactional_pool`, `fence_pool`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import ConfigResource, NewTopic
+
+from ethereal_kafka.config.connectors import KafkaSourceConfig
+from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, with_retries
+from ethereal_kafka.connectors.kafka.epoch_bounds import check_bounds_fit
+from ethereal_kafka.connectors.kafka.positions import PositionResolver
+from ethereal_kafka.eos.committed import committed_offsets
+from ethereal_kafka.eos.errors import RecoveryError
+from ethereal_kafka.eos.names import phase_two_id, progress_topic, transactional_id
+from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.plan.query import Layout, Query
+
+#: The broker's `transaction.max.timeout.ms` when it does not say (Kafka's default, 15 minutes).
+DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
+
+
+def refuse_lost_state(app_id: str, location: str, sources: Iterable[KafkaSourceConfig]) -> None:
+    """A stateful query whose Spark checkpoint has no epochs must not start while its groups hold offsets with
+    this app's epoch markers: its operator state is gone.
+
+    Raises:
+        RecoveryError: one line naming the group, the marker's epoch and checkpoint, and the ways out.
+    """
+    for source in sources:
+        resolver = PositionResolver(source)
+        try:
+            tps = resolver.topic_partitions()
+        finally:
+            resolver.close()
+        found = committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps)
+        for offset in found:
+            marker = offset.marker
+            if marker is not None and marker.app_id == app_id:
+                raise RecoveryError(
+                    f"stateful job {app_id}: its Spark checkpoint {location} is gone but "
+                    f"group {source.group} holds offsets committed at epoch {marker.epoch} of checkpoint "
+                    f"{marker.checkpoint_id}; the operator state is lost. Restore the checkpoint, or replay from "
+                    f"an explicit position (`ethereal-kafka replay {app_id} --from ...`, or "
+                    "`replay.from=earliest|timestamp:<ms>|topic:partition:offset,...` in the job file)."
+                )
+
+
+def check_transaction_timeout(
+    timeout_ms: int,
+    epoch_interval_ms: int,
+    sources: Iterable[KafkaSourceConfig],
+    bootstrap: str,
+    passthrough: Mapping[str, str],
+) -> None:
+    """The transaction timeout must cover the epoch interval and the largest epoch the sources' bounds allow, and
+    stay within the broker's `transaction.max.timeout.ms` (asked with DescribeConfigs).
+
+    Raises:
+        ConfigError: one line naming the setting and the limit it breaks.
+    """
+    if timeout_ms < epoch_interval_ms:
+        raise ConfigError(
+            f"transaction.timeout.ms={timeout_ms} is shorter than the epoch interval {epoch_interval_ms}"
+        )
+    check_bounds_fit(sources, timeout_ms, epoch_interval_ms)
+    admin = admin_client(bootstrap, passthrough)
+    brokers = cluster_metadata(admin, bootstrap).brokers
+    resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
+    described = with_retries(
+        "broker config query",
+        bootstrap,
+        lambda: admin.describe_configs([resource])[resource].result(timeout=30),
+    )
+    entry = described.get("transaction.max.timeout.ms")
+    maximum = int(entry.value) if entry is not None and entry.value else DEFAULT_MAX_TRANSACTION_TIMEOUT_MS
+    if timeout_ms > maximum:
+        raise ConfigError(
+            f"transaction.timeout.ms={timeout_ms} exceeds the broker's transaction.max.timeout.ms={maximum}"
+        )
+
+
+def ensure_progress_topic(
+    app_id: str, sink_tasks: int, bootstrap: str, passthrough: Mapping[str, str]
+) -> None:
+    """Create the progress topic (compacted, one partition per sink task) unless it exists, and wait until its
+    partitions are known.
+
+    Raises:
+        ConfigError: the topic exists with fewer partitions than the job has sink tasks.
+    """
+    topic = progress_topic(app_id)
+    admin = admin_client(bootstrap, passthrough)
+    existing = cluster_metadata(admin, bootstrap).topics.get(topic)
+    if existing is None:
+        futures = admin.create_topics(
+            [NewTopic(topic, max(1, sink_tasks), 1, config={"cleanup.policy": "compact"})]
+        )
+        try:
+            futures[topic].result(timeout=30)
+        except Exception as exc:  # created concurrently by another instance: fine
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+    elif len(existing.partitions) < sink_tasks:
+        raise ConfigError(
+            f"progress topic {topic} has {len(existing.partitions)} partitions but the job has "
+            f"{sink_tasks} sink tasks: sink tasks are fixed for a job's life"
+        )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = cluster_metadata(admin, bootstrap).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return
+        time.sleep(0.1)
+
+
+#: One transactional id of the pool: the id, and the source whose cluster it lives on (phase-two ids), or None
+#: (the sinks' cluster).
+PoolEntry = tuple[str, KafkaSourceConfig | None]
+
+
+def transactional_pool(
+    app_id: str,
+    queries: Sequence[Query],
+    sink_tasks: int,
+    sources_of: Callable[[str], list[KafkaSourceConfig]],
+) -> list[PoolEntry]:
+    """Every transactional id the job may use: its sink tasks' (per input partition of partition-preserving
+    queries, per sink task of shuffling ones) and its shuffling queries' phase-two ids (one per source)."""
+    ids: list[PoolEntry] = []
+    for query in queries:
+        if query.layout == Layout.PARTITION_PRESERVING:
+            (source,) = sources_of(query.name)
+            resolver = PositionResolver(source)
+            try:
+                tps = resolver.topic_partitions()
+            finally:
+                resolver.close()
+            ids += [(transactional_id(app_id, query.name, f"{t}-{p}"), None) for t, p in tps]
+        else:
+            ids += [(transactional_id(app_id, query.name, str(p)), None) for p in range(sink_tasks)]
+            ids += [(phase_two_id(app_id, query.name, s.name), s) for s in sources_of(query.name)]
+    return ids
+
+
+def fence_pool(
+    pool: Sequence[PoolEntry],
+    sink_producer: Callable[[str], Producer],
+    phase_two_producer: Callable[[str, KafkaSourceConfig], Producer],
+) -> dict[str, Producer]:
+    """`init_transactions` over the whole pool, in parallel: older holders are fenced and their open transactions
+    aborted. Returns the phase-two producers (kept: the coordinator commits its epochs with them, and a later
+    instance's fencing makes an old one's phase two fail instead of moving offsets backwards); the sink tasks'
+    producers are let go (each task attempt builds its own)."""
+
+    def fence(entry: PoolEntry) -> tuple[str, Producer]:
+        txn_id, source = entry
+        if source is not None:
+            return txn_id, phase_two_producer(txn_id, source)
+        return txn_id, sink_producer(txn_id)
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(pool)))) as workers:
+        fenced = dict(workers.map(fence, pool))
+    phase_two = {txn_id for txn_id, source in pool if source is not None}
+    kept = {}
+    for txn_id, producer in fenced.items():
+        if txn_id in phase_two:
+            kept[txn_id] = producer
+        else:
+            producer.flush(0)
+    return kept
