@@ -1,8 +1,11 @@
 """Bucketed histograms of the job's metrics, and the quantiles a reader derives from them.
 
 `Histogram` is what `runtime.metrics` keeps per metric and label set (and exports to Prometheus); `quantile` is the
-estimate Prometheus' `histogram_quantile()` computes from the same buckets, so a figure shown by the web UI is the
-figure a Prometheus query over the endpoint gives.
+estimate Prometheus' `histogram_quantile()` computes from the same buckets. A histogram may also know the smallest
+and largest value observed (`low`, `high`: exact, kept by whoever feeds it); `Histogram.quantile` then clamps the
+estimate into `[low, high]`, so it never shows a figure outside what was observed (one record of 65 s in the
+`(60, 120]` bucket is 65 s, not the interpolated 90 s at p50 and 119.4 s at p99). Without known extremes it is the
+Prometheus figure.
 """
 
 from __future__ import annotations
@@ -14,26 +17,42 @@ from typing import Any
 
 
 class Histogram:
-    """Bucket counts, count and sum of observations (non-cumulative buckets; `+Inf` last)."""
+    """Bucket counts, count and sum of observations (non-cumulative buckets; `+Inf` last), and the smallest and
+    largest value observed (`low`, `high`) when every observation's value was known exactly (else None)."""
 
     def __init__(self, bounds: Sequence[float]) -> None:
         self.bounds = tuple(bounds)
         self.buckets = [0] * (len(self.bounds) + 1)
         self.count = 0
         self.sum = 0.0
+        self.low: float | None = None
+        self.high: float | None = None
+        self._unknown = False  # an observation's value was not known exactly: no extremes
 
     def observe(self, value: float, n: int = 1) -> None:
-        """Add `n` observations of `value` (bucket, count and sum)."""
+        """Add `n` observations of `value` (bucket, count, sum and extremes)."""
         self.place(value, n)
         self.sum += value * n
+        self.extend(value, value)
 
     def place(self, value: float, n: int = 1) -> None:
-        """Add `n` observations of `value` to its bucket and the count only (the caller keeps the sum exact)."""
+        """Add `n` observations of `value` to its bucket and the count only: the caller keeps the sum exact, and
+        the extremes with `extend` (`place` alone leaves them as they were)."""
         self.buckets[bisect.bisect_left(self.bounds, value)] += n
         self.count += n
 
+    def extend(self, low: float | None, high: float | None) -> None:
+        """Widen the extremes to cover `[low, high]`, the exact extremes of values added with `place`; None for
+        either means they are not known, and the histogram has no extremes from then on."""
+        if low is None or high is None or self._unknown:
+            self._unknown = True
+            self.low = self.high = None
+            return
+        self.low = low if self.low is None else min(self.low, low)
+        self.high = high if self.high is None else max(self.high, high)
+
     def add(self, other: Histogram) -> None:
-        """Add `other`'s observations (same bounds) to this histogram.
+        """Add `other`'s observations (same bounds) to this histogram (extremes: both known, or none).
 
         Raises:
             ValueError: the bounds differ.
@@ -43,6 +62,8 @@ class Histogram:
         self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
         self.count += other.count
         self.sum += other.sum
+        if other.count:
+            self.extend(other.low, other.high)
 
     def cumulative(self) -> list[tuple[str, float]]:
         """`(le, cumulative count)` pairs in Prometheus form, ending with `+Inf`."""
@@ -54,16 +75,24 @@ class Histogram:
         return out
 
     def quantile(self, q: float) -> float | None:
-        """The `q`-quantile estimated from the buckets (see `quantile`); None without observations."""
-        return quantile(self.bounds, self.buckets, q)
+        """The `q`-quantile estimated from the buckets (see `quantile`), clamped into `[low, high]` when the
+        extremes are known; None without observations."""
+        estimate = quantile(self.bounds, self.buckets, q)
+        if estimate is None or self.low is None or self.high is None:
+            return estimate
+        return min(self.high, max(self.low, estimate))
 
     def to_dict(self) -> dict[str, Any]:
-        """`{"bounds", "counts", "sum"}` (JSON-friendly; `from_dict` reads it back)."""
-        return {"bounds": list(self.bounds), "counts": list(self.buckets), "sum": self.sum}
+        """`{"bounds", "counts", "sum"}`, plus `"low"`, `"high"` when known (JSON-friendly; `from_dict` reads it
+        back)."""
+        out: dict[str, Any] = {"bounds": list(self.bounds), "counts": list(self.buckets), "sum": self.sum}
+        if self.low is not None and self.high is not None:
+            out["low"], out["high"] = self.low, self.high
+        return out
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> Histogram:
-        """A histogram from `to_dict` output.
+        """A histogram from `to_dict` output (one written without extremes has none).
 
         Raises:
             ValueError: the counts do not match the bounds.
@@ -75,6 +104,9 @@ class Histogram:
         hist.buckets = counts
         hist.count = sum(counts)
         hist.sum = float(value.get("sum") or 0.0)
+        low, high = value.get("low"), value.get("high")
+        if hist.count:
+            hist.extend(float(low) if low is not None else None, float(high) if high is not None else None)
         return hist
 
 

@@ -586,6 +586,11 @@ class JobMetrics:
         total = (report.timestamped * commit_ms - report.timestamp_sum_ms) / 1000
         hist.sum += total
         epoch.sum += total
+        newest, oldest = report.timestamp_max_ms, report.timestamp_min_ms
+        low = (commit_ms - newest) / 1000 if newest is not None else None
+        high = (commit_ms - oldest) / 1000 if oldest is not None else None
+        hist.extend(low, high)
+        epoch.extend(low, high)
 
     def _prune(self) -> None:
         horizon = self._clock() - PENDING_TTL_S

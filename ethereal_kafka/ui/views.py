@@ -6,7 +6,8 @@ shapes:
 - an epoch: every `EpochRecord` field, plus `seq` (the order the UI received it), `outcome_detail`, `p50`/`p95`/
   `p99` (seconds, from its latency histogram, as `histogram_quantile` would give), `latency_mean` (exact: the
   histogram's sum over its count) and `lag_total`;
-- latency percentiles per query: `{"count", "sum", "p50", "p95", "p99", "bounds", "counts"}`.
+- latency percentiles per query: `{"count", "sum", "low", "high", "p50", "p95", "p99", "bounds", "counts"}`
+  (`low`/`high`: the exact smallest and largest latency, None when unknown; the percentiles are clamped into them).
 """
 
 from __future__ import annotations
@@ -35,12 +36,15 @@ def epoch_json(seq: int, record: EpochRecord) -> dict[str, Any]:
 
 
 def percentiles(hist: Histogram | None) -> dict[str, Any] | None:
-    """`{"count", "sum", "p50", "p95", "p99", "bounds", "counts"}` of a latency histogram (None when empty)."""
+    """`{"count", "sum", "low", "high", "p50", "p95", "p99", "bounds", "counts"}` of a latency histogram (None when
+    empty)."""
     if hist is None or hist.count == 0:
         return None
     return {
         "count": hist.count,
         "sum": hist.sum,
+        "low": hist.low,
+        "high": hist.high,
         **{name: hist.quantile(q) for name, q in QUANTILES.items()},
         "bounds": list(hist.bounds),
         "counts": list(hist.buckets),

@@ -17,6 +17,8 @@ Timestamps: for every raw record the tally keeps its age at read time, `read_ms 
 buckets of ratio `AGE_GAMMA` (~1% relative error, a few hundred buckets at most), plus the exact count and sum of
 the timestamps. With the commit time C of the epoch, the driver gets each record's end-to-end latency
 `C - timestamp = (C - read_ms) + age`: exactly in count and sum, within ~1% of the age in the bucket it lands in.
+The smallest and largest timestamp are kept exactly too (one `min`/`max` per Arrow batch), so the driver knows the
+exact extremes of the latencies (`C - max`, `C - min`), which bound the percentiles it shows.
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ class ReadReport:
         timestamp_sum_ms: Sum of those timestamps (epoch ms), exact.
         read_ms: Executor wall clock (epoch ms) when the read started; `ages` are relative to it.
         ages: The age sketch: `{bucket: count}` of `read_ms - timestamp` (see `age_bucket`).
+        timestamp_min_ms, timestamp_max_ms: The smallest and largest of those timestamps (None without any, and
+            in reports of an older writer).
     """
 
     source: str
@@ -112,6 +116,8 @@ class ReadReport:
     timestamp_sum_ms: int
     read_ms: int
     ages: dict[int, int] = field(default_factory=dict)
+    timestamp_min_ms: int | None = None
+    timestamp_max_ms: int | None = None
 
 
 class ReadTally:
@@ -133,6 +139,8 @@ class ReadTally:
         self.timestamped = 0
         self.timestamp_sum_ms = 0
         self.ages: dict[int, int] = {}
+        self.timestamp_min_ms: int | None = None
+        self.timestamp_max_ms: int | None = None
 
     def observe(self, raw: pa.RecordBatch) -> pa.RecordBatch:
         """Count one raw batch (records, and bytes of keys and values); returns it unchanged."""
@@ -147,6 +155,11 @@ class ReadTally:
             millis = stamps.to_numpy() // 1000
             self.timestamped += int(millis.size)
             self.timestamp_sum_ms += int(millis.sum(dtype=np.int64))
+            low, high = int(millis.min()), int(millis.max())
+            if self.timestamp_min_ms is None or low < self.timestamp_min_ms:
+                self.timestamp_min_ms = low
+            if self.timestamp_max_ms is None or high > self.timestamp_max_ms:
+                self.timestamp_max_ms = high
             for bucket, count in age_buckets(self.read_ms - millis).items():
                 self.ages[bucket] = self.ages.get(bucket, 0) + count
         return raw
@@ -166,6 +179,8 @@ class ReadTally:
             self.timestamp_sum_ms,
             self.read_ms,
             dict(self.ages),
+            self.timestamp_min_ms,
+            self.timestamp_max_ms,
         )
 
     def publish(self, dead_lettered: int = 0, skipped: int = 0) -> None:

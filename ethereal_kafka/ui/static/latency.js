@@ -39,7 +39,11 @@
       const p = latency.queries[query];
       const cell = (name) => EK.el("td", {
         class: `num ${name}`, "data-value": p && p[name] !== null && p[name] !== undefined ? p[name] : "",
+        "data-low": p && p.low !== null && p.low !== undefined ? p.low : "",
+        "data-high": p && p.high !== null && p.high !== undefined ? p.high : "",
         text: p ? EK.fmt.secs(p[name]) : "-",
+        title: p && p.low !== null && p.low !== undefined
+          ? `observed ${EK.fmt.secs(p.low)} to ${EK.fmt.secs(p.high)}` : null,
       });
       return EK.el("tr", { "data-query": query },
         EK.el("td", { text: query }),
