@@ -15,9 +15,11 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from ethereal_kafka.checkpoint.apps import app_dir, from_json_object
+from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob
 
 DESCRIPTION_FILE = "run.json"
@@ -31,7 +33,10 @@ class RunDescription:
         app_id: The app.
         started_ms: When the run started, epoch milliseconds.
         plan: The queries and operators (`plan.describe`).
-        config: `{"job": {...}, "sources": {name: {...}}, "sinks": {...}, "tables": {...}}`, secrets masked.
+        config: `{"job": {...}, "sources": {name: {...}}, "sinks": {...}, "tables": {...}}`, secrets masked: the
+            settings in force, i.e. the sources as the runner changed them (`runner.job_sources`: bounded
+            `max.records.per.epoch`, `epoch.sizing`, group and checkpoint), plus `"as_written"`: `{"sources":
+            {name: {key: value in the file, or None when the file left it unset}}}` for each key the runner changed.
         job_file: Absolute path of the job file.
         checkpoint_location: The job's checkpoint root.
         delivery_guarantee: The job's guarantee.
@@ -62,14 +67,19 @@ class RunDescription:
         spark_master: str = "",
         spark_ui: str | None = None,
         log_dir: str | Path | None = None,
+        sources: Mapping[str, KafkaSourceConfig] | None = None,
     ) -> RunDescription:
-        """The description of a run of `loaded` starting now."""
+        """The description of a run of `loaded` starting now; `sources`: the sources as they run (default: as
+        the job files declare them)."""
         job = loaded.job
+        written = {name: conf.describe() for name, conf in loaded.sources.items()}
+        in_force = {name: conf.describe() for name, conf in (sources or loaded.sources).items()}
         config = {
             "job": job.describe(),
-            "sources": {name: conf.describe() for name, conf in loaded.sources.items()},
+            "sources": in_force,
             "sinks": {name: conf.describe() for name, conf in loaded.sinks.items()},
             "tables": {name: conf.describe() for name, conf in loaded.tables.items()},
+            "as_written": {"sources": _changed(written, in_force)},
         }
         return cls(
             app_id=job.app_id,
@@ -96,6 +106,19 @@ class RunDescription:
             ValueError: the text is not such an object.
         """
         return from_json_object(cls, text, "run description")
+
+
+def _changed(
+    written: Mapping[str, Mapping[str, object]], in_force: Mapping[str, Mapping[str, object]]
+) -> dict[str, dict[str, object]]:
+    """Per connector, `{key: value as written (None: unset)}` of the keys whose value in force differs."""
+    out: dict[str, dict[str, object]] = {}
+    for name, values in in_force.items():
+        before = written.get(name, {})
+        changed = {key: before.get(key) for key, value in values.items() if before.get(key) != value}
+        if changed:
+            out[name] = changed
+    return out
 
 
 def description_path(app_id: str) -> Path:

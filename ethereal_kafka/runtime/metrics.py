@@ -417,7 +417,8 @@ class JobMetrics:
         Returns `{"queries": {query: {...}}, "decisions": [...]}`; each query has its `sinks`, `last_epoch`,
         `last_epoch_ms`, `last_commit_s`, per-source `records_in`, `dead_lettered`, `skipped` and `lag`
         (`{source: {topic: {partition: lag}}}`), per-sink `records_out`, `late` (`[{reason, origin, records}]`),
-        `epochs` by outcome, and `latency`: the end-to-end latency histogram over all its sources (`Histogram.
+        `epochs` by outcome, `epoch_budgets` (per source, the adaptive sizer's budget for the next epoch; empty
+        with fixed sizing), and `latency`: the end-to-end latency histogram over all its sources (`Histogram.
         to_dict()`, the endpoint's buckets summed over `source`), or None.
         """
         with self._lock:
@@ -451,6 +452,7 @@ class JobMetrics:
                         if q == name
                     ],
                     "epochs": _by_second(self.epochs, name),
+                    "epoch_budgets": _by_second(self.epoch_budgets, name),
                     "latency": latency.to_dict() if latency is not None else None,
                 }
             decisions = [d.to_dict() for d in self._decisions]

@@ -192,7 +192,9 @@ def _start(
     if metrics is not None:
         metrics.watch(coordinator, side_outputs=[sink for b in builds for sink in b.late_sinks])
     context = spark.sparkContext
-    description = RunDescription.of(loaded, pipeline.plan, context.master or "", context.uiWebUrl, log_dir)
+    description = RunDescription.of(
+        loaded, pipeline.plan, context.master or "", context.uiWebUrl, log_dir, sources=sources
+    )
     try:
         write_description(description)
     except OSError as exc:  # for people only: the run goes on without it

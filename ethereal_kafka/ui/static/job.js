@@ -1,4 +1,4 @@
-/* Job page: the run's facts, auto-scaling decisions, and the configuration as run (secrets masked). */
+/* Job page: the run's facts, auto-scaling decisions, and the configuration in force (secrets masked). */
 "use strict";
 
 (function () {
@@ -38,18 +38,46 @@
         EK.el("td", { text: x.reason }))))));
   }
 
+  /* The configuration in force: the sources as the runner changed them (a changed key shows what the job file
+     said), the adaptive sizer's budgets (live), secrets masked. */
   function config(c) {
     const box = document.getElementById("config");
     if (!c) { box.replaceChildren(EK.el("div", { class: "empty", text: "not recorded" })); return; }
-    const blocks = [["job", c.job]];
+    const written = (c.as_written || {}).sources || {};
+    const blocks = [["job", c.job, {}, null]];
     for (const kind of ["sources", "sinks", "tables"]) {
-      for (const [name, values] of Object.entries(c[kind] || {})) blocks.push([`${kind.slice(0, -1)} ${name}`, values]);
+      for (const [name, values] of Object.entries(c[kind] || {})) {
+        blocks.push([`${kind.slice(0, -1)} ${name}`, values, kind === "sources" ? (written[name] || {}) : {},
+          kind === "sources" ? name : null]);
+      }
     }
-    box.replaceChildren(...blocks.map(([title, values]) => EK.el("div", { class: "config-block" },
+    const text = (v) => Array.isArray(v) ? v.join(",") : (v === null || v === undefined ? "" : String(v));
+    box.replaceChildren(...blocks.map(([title, values, changed, source]) => EK.el("div", { class: "config-block" },
       EK.el("b", { text: title }),
-      EK.el("table", { class: "grid", "data-config": title }, EK.el("tbody", {}, ...Object.entries(values || {})
-        .map(([k, v]) => EK.el("tr", {}, EK.el("td", { text: k }),
-          EK.el("td", { text: Array.isArray(v) ? v.join(",") : (v === null ? "" : String(v)) }))))))));
+      EK.el("table", { class: "grid", "data-config": title }, EK.el("tbody", {},
+        source ? EK.el("tr", { class: "budget", "data-key": "epoch budget", hidden: "" },
+          EK.el("td", { text: "epoch budget (now)" }), EK.el("td", { class: "budget-value", "data-source": source }),
+          EK.el("td", { class: "muted", text: "the adaptive sizer's records for the next epoch" })) : null,
+        ...Object.entries(values || {}).map(([k, v]) => {
+          const was = Object.prototype.hasOwnProperty.call(changed, k);
+          return EK.el("tr", { "data-key": k, class: was ? "changed" : null },
+            EK.el("td", { text: k }), EK.el("td", { text: text(v) }),
+            EK.el("td", { class: "muted", text: was ? `set by the runner (job file: ${changed[k] === null ? "unset" : text(changed[k])})` : "" }));
+        }))))));
+  }
+
+  /* Live budgets per source (`epoch.sizing=adaptive`): the figure each query's sizer posted last. */
+  function budgets(live) {
+    for (const cell of document.querySelectorAll("#config td.budget-value")) {
+      const source = cell.dataset.source;
+      const parts = [];
+      for (const [query, f] of Object.entries((live && live.queries) || {})) {
+        const n = (f.epoch_budgets || {})[source];
+        if (n !== undefined) parts.push(`${EK.fmt.int(n)} (${query})`);
+      }
+      cell.textContent = parts.join(", ");
+      cell.parentElement.hidden = !parts.length;
+    }
   }
 
   EK.pages.job = {
@@ -61,6 +89,7 @@
       const key = JSON.stringify(o.config || null);
       const box = document.getElementById("config");
       if (box.dataset.key !== key) { box.dataset.key = key; config(o.config); }
+      budgets(state.live);
     },
   };
 })();
