@@ -13,9 +13,9 @@ import json
 import os
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 from ethereal_kafka.checkpoint.apps import app_dir, from_json_object
