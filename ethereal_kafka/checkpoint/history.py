@@ -100,6 +100,12 @@ class EpochRecord:
         records_read: Records the epoch's read tasks reported reading from Kafka (poison records included;
             transaction markers and aborted records not); None when the job ran without metrics or a report is
             missing.
+        run_started_ms: When the run (the start of the app) that attempted the epoch started, epoch
+            milliseconds: epochs with the same value belong to one run, so a reader sees where the app was stopped
+            and started again (the web UI breaks its charts there). None in entries written before it was kept.
+        operators: Rows in and out of each operator of the query's stream graph in the epoch, `{node id: [in,
+            out]}` (`runtime.operator_rows`; None for a figure Spark does not count separately); None when the job
+            ran without metrics.
     """
 
     app_id: str
@@ -125,6 +131,8 @@ class EpochRecord:
     lag: SourceOffset = field(default_factory=dict)
     latency: Mapping[str, Any] | None = None
     records_read: int | None = None
+    run_started_ms: int | None = None
+    operators: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

@@ -198,6 +198,7 @@ class JobMetrics:
         self.scaling: dict[Labels, int] = defaultdict(int)  # (action, applied)
         self.executors: dict[Labels, int] = {}  # (state,): registered | target
         self._decisions: deque[ScalingDecision] = deque(maxlen=MAX_DECISIONS)
+        self.operator_rows: dict[Labels, list[int | None]] = {}  # (query, node id): [rows in, rows out]
 
     # -- feeds ---------------------------------------------------------------------------------------------------
     def add_query(
@@ -321,6 +322,16 @@ class JobMetrics:
                 if (topic, partition) not in known:
                     self.lag[(query, self._source_of(topic), topic, str(partition))] = max(0, value)
 
+    def add_operator_rows(self, query: str, rows: Mapping[str, tuple[int | None, int | None]]) -> None:
+        """Add one committed epoch's rows in and out per operator of `query` (`runtime.operator_counter`); a
+        figure an epoch could not attribute (None) makes the run's total None from then on."""
+        with self._lock:
+            for node, figures in rows.items():
+                total = self.operator_rows.setdefault((query, node), [0, 0])
+                for i, value in enumerate(figures):
+                    current = total[i]
+                    total[i] = None if value is None or current is None else current + value
+
     def set_epoch_budget(self, query: str, source: str, records: int) -> None:
         """The adaptive epoch sizer posted a new budget for `source` in `query` (`runtime.admission`)."""
         with self._lock:
@@ -418,7 +429,9 @@ class JobMetrics:
         `last_epoch_ms`, `last_commit_s`, per-source `records_in`, `dead_lettered`, `skipped` and `lag`
         (`{source: {topic: {partition: lag}}}`), per-sink `records_out`, `late` (`[{reason, origin, records}]`),
         `epochs` by outcome, `epoch_budgets` (per source, the adaptive sizer's budget for the next epoch; empty
-        with fixed sizing), and `latency`: the end-to-end latency histogram over all its sources (`Histogram.
+        with fixed sizing), `watermark_s` (the query's event-time watermark, Unix seconds, None before one),
+        `operators` (`{node id: {"in", "out"}}`: rows per graph operator over the run's committed epochs, None
+        where not available; `runtime.operator_rows`), and `latency`: the end-to-end latency histogram over all its sources (`Histogram.
         to_dict()`, the endpoint's buckets summed over `source`), or None.
         """
         with self._lock:
@@ -453,6 +466,12 @@ class JobMetrics:
                     ],
                     "epochs": _by_second(self.epochs, name),
                     "epoch_budgets": _by_second(self.epoch_budgets, name),
+                    "watermark_s": self.watermarks.get((name,)),
+                    "operators": {
+                        node: {"in": figures[0], "out": figures[1]}
+                        for (q, node), figures in sorted(self.operator_rows.items())
+                        if q == name
+                    },
                     "latency": latency.to_dict() if latency is not None else None,
                 }
             decisions = [d.to_dict() for d in self._decisions]

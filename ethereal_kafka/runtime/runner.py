@@ -47,6 +47,7 @@ from ethereal_kafka.runtime.logs import (
     spark_log_options,
 )
 from ethereal_kafka.runtime.metrics import JobMetrics, RunMetrics, open_metrics
+from ethereal_kafka.runtime.operator_counter import OperatorCounter
 from ethereal_kafka.runtime.pipeline import build_pipeline
 from ethereal_kafka.runtime.preflight import require_preflight
 from ethereal_kafka.runtime.source_bounds import bounded_source
@@ -199,6 +200,9 @@ def _start(
         write_description(description)
     except OSError as exc:  # for people only: the run goes on without it
         log.warning("could not record the run's description: %s", exc)
+    coordinator.epoch_annotators.append(run_stamp(description.started_ms))
+    if bookkeeping is not None:
+        coordinator.epoch_annotators.append(OperatorCounter(spark, job.app_id, pipeline.plan, bookkeeping))
     for observer in observers:
         observer.watch(coordinator, description)
     EpochSizer(job, bookkeeping.set_epoch_budget if bookkeeping is not None else None).watch(coordinator)
@@ -230,6 +234,16 @@ def _start(
     return RunningJob(
         queries, description, release=guard.release if own else None, autoscaler=autoscaler
     ), coordinator
+
+
+def run_stamp(started_ms: int) -> Callable[..., dict[str, Any]]:
+    """An epoch annotator marking every epoch attempt of this run with the run's start (`EpochRecord.
+    run_started_ms`): the history then tells runs apart, and where the app stopped and started again."""
+
+    def stamp(_query: str, _record: Any, _tasks: Any) -> dict[str, Any]:
+        return {"run_started_ms": started_ms}
+
+    return stamp
 
 
 def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:

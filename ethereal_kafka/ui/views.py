@@ -4,8 +4,10 @@ Pure functions shared by the live UI (`ui.live`) and the UI of a stopped app (`u
 shapes:
 
 - an epoch: every `EpochRecord` field, plus `seq` (the order the UI received it), `outcome_detail`, `p50`/`p95`/
-  `p99` (seconds, from its latency histogram, as `histogram_quantile` would give), `latency_mean` (exact: the
-  histogram's sum over its count) and `lag_total`;
+  `p99` (seconds, from its latency histogram, as `histogram_quantile` would give, clamped into the observed
+  extremes), `latency_mean` (exact: the histogram's sum over its count), `lag_total`, and for a failed epoch
+  `error_summary`: the innermost `Type: message` of its error text (`runtime.failure.cause_in_text`; the whole
+  text, tracebacks and all, stays in `error`);
 - latency percentiles per query: `{"count", "sum", "low", "high", "p50", "p95", "p99", "bounds", "counts"}`
   (`low`/`high`: the exact smallest and largest latency, None when unknown; the percentiles are clamped into them).
 """
@@ -17,9 +19,12 @@ from dataclasses import asdict
 from typing import Any
 
 from ethereal_kafka.checkpoint.history import EpochRecord
+from ethereal_kafka.runtime.failure import cause_in_text
 from ethereal_kafka.runtime.histogram import Histogram
 
 QUANTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+#: Longest one-line error summary.
+SUMMARY_CHARS = 300
 
 
 def epoch_json(seq: int, record: EpochRecord) -> dict[str, Any]:
@@ -32,7 +37,18 @@ def epoch_json(seq: int, record: EpochRecord) -> dict[str, Any]:
     for name, q in QUANTILES.items():
         out[name] = hist.quantile(q) if hist is not None else None
     out["latency_mean"] = hist.sum / hist.count if hist is not None and hist.count else None
+    out["error_summary"] = error_summary(record.error)
     return out
+
+
+def error_summary(error: str | None) -> str | None:
+    """One line for an epoch's error text: its innermost exception (`Type: message`), or its first line."""
+    if not error:
+        return None
+    line = " ".join(
+        cause_in_text(error, default=error.strip().splitlines()[0] if error.strip() else "").split()
+    )
+    return line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 3] + "..."
 
 
 def percentiles(hist: Histogram | None) -> dict[str, Any] | None:

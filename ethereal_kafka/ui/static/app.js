@@ -118,6 +118,7 @@ EK.poll = async function () {
     if (EK.current === "job" || !s.decisions) s.decisions = await EK.get("/api/decisions");
     s.polls += 1;
     EK.header();
+    EK.exceptionCount(s);
     EK.render();
     document.body.dataset.polls = String(s.polls);
   } catch (error) {
@@ -156,3 +157,75 @@ EK.rate = function (pick) {
 };
 
 EK.sum = function (values) { return Object.values(values || {}).reduce((a, b) => a + b, 0); };
+
+/* The app's runs seen in the epochs (`run_started_ms`: one value per start of the app), oldest first:
+   [{started, first, last}] with the run's start and its first epoch's start and last epoch's end (ms). Epochs of
+   an older writer, which did not keep the run, count as one run of their own (started null). */
+EK.runs = function (epochs) {
+  const byRun = new Map();
+  for (const e of epochs) {
+    const key = e.run_started_ms ?? null;
+    const end = e.started_ms + (e.duration_ms || 0);
+    const run = byRun.get(key);
+    if (!run) byRun.set(key, { started: key, first: e.started_ms, last: end });
+    else { run.first = Math.min(run.first, e.started_ms); run.last = Math.max(run.last, end); }
+  }
+  return Array.from(byRun.values()).sort((a, b) => a.first - b.first);
+};
+
+/* Chart columns (uPlot data: [xs, ...series]) from rows sorted by x, with an all-null point between two rows of
+   different runs, so that no line is drawn across a stop and a restart. */
+EK.columns = function (rows, x, series, runOf) {
+  const data = [[]].concat(series.map(() => []));
+  let previous;
+  rows.forEach((row, i) => {
+    const run = runOf(row);
+    if (i > 0 && run !== previous) {
+      data[0].push((x(rows[i - 1]) + x(row)) / 2);
+      for (let s = 1; s < data.length; s++) data[s].push(null);
+    }
+    previous = run;
+    data[0].push(x(row));
+    series.forEach((pick, s) => data[s + 1].push(pick(row)));
+  });
+  return data;
+};
+
+/* A uPlot plugin marking where the app stopped and started again: a hatched band from a run's last epoch to the
+   next run's first, labelled (DOM elements over the plot: `.run-gap`, with `data-stopped`/`data-started`). */
+EK.runMarkers = function (getRuns) {
+  return {
+    hooks: {
+      draw: [(u) => {
+        for (const old of u.over.querySelectorAll(".run-gap")) old.remove();
+        const runs = getRuns();
+        for (let i = 1; i < runs.length; i++) {
+          const stopped = runs[i - 1].last, started = runs[i].started ?? runs[i].first;
+          const left = u.valToPos(stopped / 1000, "x"), right = u.valToPos(runs[i].first / 1000, "x");
+          const width = u.over.clientWidth;
+          if (right < 0 || left > width) continue;
+          const gap = EK.el("div", {
+            class: "run-gap", "data-stopped": stopped, "data-started": started,
+            title: `stopped after ${EK.fmt.time(stopped)} UTC, started again ${EK.fmt.time(started)} UTC`,
+          }, EK.el("span", { text: "restart" }));
+          gap.style.left = `${Math.max(0, left)}px`;
+          gap.style.width = `${Math.max(3, Math.min(width, right) - Math.max(0, left))}px`;
+          u.over.append(gap);
+        }
+      }],
+    },
+  };
+};
+
+/* Charts by container id ({plot, key}), for tests and debugging. */
+EK.charts = {};
+
+/* An error as people read it: its one line, and the whole text (tracebacks) folded below it. */
+EK.errorBlock = function (summary, text) {
+  const lines = (text || "").split("\n").length;
+  return EK.el("div", { class: "error-block" },
+    EK.el("div", { class: "error-line", "data-testid": "error-line", text: summary || (text || "").split("\n")[0] }),
+    text && text.trim() !== (summary || "").trim() ? EK.el("details", { class: "error-text" },
+      EK.el("summary", { text: `full error (${lines} line${lines === 1 ? "" : "s"})` }),
+      EK.el("pre", { class: "trace", "data-testid": "trace", text })) : null);
+};

@@ -19,14 +19,14 @@
       (!problems || e.outcome_detail !== "committed"));
   }
 
-  function drawChart(epochs) {
+  let runs = [];
+
+  function drawChart(epochs, all) {
     const sorted = epochs.slice().sort((a, b) => a.started_ms - b.started_ms);
-    const xs = sorted.map((e) => e.started_ms / 1000);
-    const data = [xs];
-    for (const [name] of OUTCOMES) {
-      data.push(sorted.map((e) => ((e.outcome_detail === name || (name === "failed" && e.outcome_detail === "aborted"))
-        ? e.duration_ms : null)));
-    }
+    runs = EK.runs(all);
+    const data = EK.columns(sorted, (e) => e.started_ms / 1000, OUTCOMES.map(([name]) => (e) =>
+      ((e.outcome_detail === name || (name === "failed" && e.outcome_detail === "aborted")) ? e.duration_ms : null)),
+    (e) => e.run_started_ms ?? null);
     const box = document.getElementById("cp-chart");
     const width = Math.max(300, box.clientWidth - 10);
     if (!chart || chart.width !== width) {
@@ -40,7 +40,9 @@
           points: { show: true, size: 8, fill: color, stroke: color },
         }))),
         legend: { live: false },
+        plugins: [EK.runMarkers(() => runs)],
       }, data, box);
+      EK.charts["cp-chart"] = { plot: chart };
     } else {
       chart.setData(data);
     }
@@ -107,7 +109,7 @@
         `transaction commit ${EK.fmt.ms(e.commit_ms)} ms; aborted and redone transactions: ${e.txn_aborts || 0}; ` +
         `watermark ${e.watermark_ms ? EK.fmt.time(e.watermark_ms) : "none"}` +
         (e.p50 !== null ? `; latency p50 ${EK.fmt.secs(e.p50)}, p95 ${EK.fmt.secs(e.p95)}, p99 ${EK.fmt.secs(e.p99)}` : "")),
-      e.error ? EK.el("p", { class: "error" }, EK.el("b", { text: "error: " }), e.error) : null,
+      e.error ? EK.errorBlock(e.error_summary, e.error) : null,
       EK.el("div", {}, EK.el("b", { text: "marker " }), EK.el("code", { "data-testid": "marker", text: e.marker || "(none: not committed)" })),
       markers.length ? offsetsTable(markers, ["group", "topic", "partition", "offset"]) : null,
       EK.el("b", { text: "offsets per partition" }),
@@ -131,7 +133,7 @@
       for (const e of state.epochs) counts[e.outcome_detail] = (counts[e.outcome_detail] || 0) + 1;
       document.getElementById("cp-summary").textContent = `${state.epochs.length} epoch attempts: ` +
         Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(", ");
-      drawChart(epochs);
+      drawChart(epochs, state.epochs);
       drawTable(epochs);
       detail(state.epochs.find((e) => e.seq === selected));
     },

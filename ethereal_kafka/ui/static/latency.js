@@ -7,6 +7,8 @@
   const COLORS = ["#2d6cdf", "#d9822b", "#c23b3b", "#2f8f5b", "#7b4fc9", "#1b9aaa", "#b5651d", "#6b7385"];
 
   /* (Re)build a chart when its series change, else only replace its data. */
+  let runs = [];
+
   function plot(id, seriesNames, data, axisLabel, valueFmt) {
     const box = document.getElementById(id);
     const width = Math.max(300, box.clientWidth - 10);
@@ -20,11 +22,12 @@
         scales: { x: { time: true } },
         axes: [{}, { label: axisLabel, size: 64, values: (u, ticks) => ticks.map(valueFmt) }],
         series: [{ label: "time" }].concat(seriesNames.map((name, i) => ({
-          label: name, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
+          label: name, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: false,
           points: { show: data[0].length < 60, size: 4 },
         }))),
+        plugins: [EK.runMarkers(() => runs)],
       }, data, box);
-      chart = charts[id] = { plot: plotted, key };
+      chart = charts[id] = EK.charts[id] = { plot: plotted, key };
     } else {
       chart.plot.setData(data);
     }
@@ -64,26 +67,25 @@
       const epochs = state.epochs
         .filter((e) => e.query === query && e.outcome === "committed")
         .sort((a, b) => (a.started_ms + a.duration_ms) - (b.started_ms + b.duration_ms));
-      const xs = epochs.map((e) => (e.started_ms + e.duration_ms) / 1000);
-      const withLatency = epochs.filter((e) => e.p50 !== null);
-      plot("lat-chart", ["p50", "p95", "p99", "mean (exact)"], [
-        withLatency.map((e) => (e.started_ms + e.duration_ms) / 1000),
-        withLatency.map((e) => e.p50), withLatency.map((e) => e.p95), withLatency.map((e) => e.p99),
-        withLatency.map((e) => e.latency_mean),
-      ], "seconds", (v) => EK.fmt.secs(v));
-      plot("dur-chart", ["epoch duration ms", "transaction commit ms"], [
-        xs, epochs.map((e) => e.duration_ms), epochs.map((e) => e.commit_ms),
-      ], "ms", (v) => EK.fmt.int(Math.round(v)));
+      runs = EK.runs(state.epochs.filter((e) => e.query === query));
+      const at = (e) => (e.started_ms + e.duration_ms) / 1000;
+      const run = (e) => e.run_started_ms ?? null;
+      plot("lat-chart", ["p50", "p95", "p99", "mean (exact)"], EK.columns(epochs.filter((e) => e.p50 !== null), at,
+        [(e) => e.p50, (e) => e.p95, (e) => e.p99, (e) => e.latency_mean], run), "seconds", (v) => EK.fmt.secs(v));
+      plot("dur-chart", ["epoch duration ms", "transaction commit ms"], EK.columns(epochs, at,
+        [(e) => e.duration_ms, (e) => e.commit_ms], run), "ms", (v) => EK.fmt.int(Math.round(v)));
       const partitions = new Set();
       for (const e of epochs) {
         for (const [topic, parts] of Object.entries(e.lag || {})) for (const p of Object.keys(parts)) partitions.add(`${topic}/${p}`);
       }
       const names = Array.from(partitions).sort();
-      plot("lag-chart", names.length ? names : ["lag"], [xs].concat((names.length ? names : ["lag"]).map((name) => epochs.map((e) => {
+      const lagOf = (name) => (e) => {
         const cut = name.lastIndexOf("/");
         const parts = (e.lag || {})[name.slice(0, cut)];
         return parts ? (parts[name.slice(cut + 1)] ?? null) : null;
-      }))), "records", (v) => EK.fmt.int(Math.round(v)));
+      };
+      plot("lag-chart", names.length ? names : ["lag"], EK.columns(epochs, at,
+        (names.length ? names : ["lag"]).map(lagOf), run), "records", (v) => EK.fmt.int(Math.round(v)));
     },
   };
 })();
