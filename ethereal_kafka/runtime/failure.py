@@ -30,8 +30,9 @@ _WRAPPERS = frozenset(
         "InvocationTargetException",
     }
 )
+#: "Caused by: " starts a JVM cause; ": " starts the JVM exception under Py4J's "An error occurred while calling".
 _EXCEPTION_LINE = re.compile(
-    r"^(?:Caused by: )?(?P<name>[A-Za-z_][\w.$]*(?:Error|Exception|Exit|Failure)): ?(?P<message>.*)$"
+    r"^(?:Caused by: |: )?(?P<name>[A-Za-z_][\w.$]*(?:Error|Exception|Exit|Failure))(?:: ?(?P<message>.*))?$"
 )
 _SPARK_PREFIXES = (
     re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: "),
@@ -70,11 +71,11 @@ def cause_in_text(text: str, default: str = "unknown error") -> str:
         if match is None:
             continue
         name = match.group("name").rsplit(".", 1)[-1].rsplit("$", 1)[-1]
-        message = _strip_spark_prefixes(match.group("message").strip())
+        message = _strip_spark_prefixes((match.group("message") or "").strip())
         inner = _EXCEPTION_LINE.match(message)
         if inner is not None:  # "Reason: X: msg" style nesting on one line
             name = inner.group("name").rsplit(".", 1)[-1]
-            message = inner.group("message").strip()
+            message = (inner.group("message") or "").strip()
         if name in _WRAPPERS and found is not None:
             continue
         found = (name, message)

@@ -1,18 +1,27 @@
 """The web UI in a real browser (Debian's headless chromium through Playwright), on a real job on the real broker.
 
-One job (`ui_jobs.windowed_and_copy`: two queries, a framework window with a late-data side output, a Python map)
-runs in-process on the session's SparkSession with its UI and metrics endpoint on. Its first epochs' transactions
-are held open past a 2 s `transaction.timeout.ms` (`ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS`, handed to the Python
-workers through the SparkContext's executor environment), so the broker aborts them and the sink tasks redo them:
-the timeline must show such an epoch. The browser checks the graph's nodes and edges, the timeline against the
-checkpoint history, and the latency percentiles against the metrics endpoint's histogram; then `ethereal-kafka ui
-APP` serves the same pages for the stopped app. Screenshots of the pages are saved under the test's tmp path (and
-to `$ETHEREAL_KAFKA_UI_SCREENSHOTS`, when set, for docs/images).
+One job (`ui_jobs.windowed_and_copy`: two queries, a framework window with a late-data side output, a Python
+filter and map) runs in-process on the session's SparkSession with its UI and metrics endpoint on, twice:
+
+1. Its first epochs' transactions are held open past a 2 s `transaction.timeout.ms` (`ETHEREAL_KAFKA_FAULT_TXN_
+   DELAY_MS`, handed to the Python workers through the SparkContext's executor environment), so the broker aborts
+   them and the sink tasks redo them: the timeline must show such an epoch. Then the second part of the input
+   arrives with a poisoned event that the `copy` query's map raises on (`ui_jobs.POISON_ENV`): one epoch fails
+   and that query stops. The run is stopped.
+2. The job starts again (same app, same checkpoint, no fault) and consumes the rest: the history holds two runs.
+
+The browser checks the graph (nodes, edges, per-operator figures, labels inside their nodes), the timeline
+against the checkpoint history, the latency percentiles against the metrics endpoint's histogram, the breaks
+and markers of the charts at the restart, the exceptions page, and the job page's settings in force; then
+`ethereal-kafka ui APP` serves the same pages for the stopped app. Per-operator rows are also checked against a
+plain-Python count of the input. Screenshots of the pages are saved under the test's tmp path (and to
+`$ETHEREAL_KAFKA_UI_SCREENSHOTS`, when set: `docs/images/make_screenshots.py` does, for the docs).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -32,20 +41,30 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ethereal_kafka.checkpoint.history import CheckpointHistory
-from ethereal_kafka.config.job import load_job
+from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.connectors.kafka.clients import close_cached_clients
-from ethereal_kafka.connectors.kafka.topics import create_topic, produce
+from ethereal_kafka.connectors.kafka.topics import create_topic, produce, read_committed
 from ethereal_kafka.faults import TXN_DELAY_ENV as FAULT_DELAY_ENV
+from ethereal_kafka.runtime.description import RunDescription
 from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
 from ethereal_kafka.runtime.runner import open_ui, start
 from ethereal_kafka.testing.cluster import KafkaCluster
+from ethereal_kafka.ui.offline import HistoryUi
+from ethereal_kafka.ui.server import UiServer
+from tests import ui_records
 from tests.integration.browser import chromium_page, open_page
+from tests.integration.ui_jobs import POISON_AMOUNT, POISON_ENV, SIZE
 
 PARTITIONS = 2
-EVENTS = 600
+#: In-order events (the docs' screenshots run more: `EK_UI_TEST_EVENTS`).
+EVENTS = int(os.environ.get("EK_UI_TEST_EVENTS", "1200"))
+#: Events with a negative amount, which the window query's Python filter drops.
+INVALID = 6
 LATE_EVENTS = 12
 USERS = 6
 QUERIES = {"late+totals", "copy"}
+#: Records per epoch and source at most (`epoch.max.records`; the source file sets no bound of its own).
+EPOCH_RECORDS = max(150, EVENTS // 8)
 
 
 def _free_port() -> int:
@@ -56,16 +75,19 @@ def _free_port() -> int:
 
 @dataclass
 class UiRun:
-    """The running job of this module's tests."""
+    """The second (running) run of this module's job, and what the first left."""
 
     app_id: str
     job_path: Path
+    bootstrap: str
+    topics: dict[str, str]
     metrics_port: int
     ui_url: str
     running: Any
     metrics: RunMetrics
     ui: Any
-    events: int
+    coordinator: Any
+    produced: dict[str, int]
     screenshots: Path
     stopped: bool = False
     timings: dict[str, float] = field(default_factory=dict)
@@ -75,39 +97,56 @@ class UiRun:
         if self.stopped:
             return
         self.stopped = True
-        try:
-            self.running.stop()
-        finally:
-            self.ui.close()
-            self.metrics.close()
-            # As the runner does after Spark stops: no cached client keeps polling a broker that goes away.
-            close_cached_clients()
+        _stop(self.running, self.ui, self.metrics, self.coordinator)
 
 
-def _feed(bootstrap: str, topic: str) -> int:
-    """In-order events over `USERS` users (event time one day ago, 200 ms apart), then late ones far behind."""
-    import json
+def _stop(running: Any, ui: Any, metrics: RunMetrics, coordinator: Any) -> None:
+    """Stop a run as the runner does: queries, UI, metrics, then the coordinator (its history writer too)."""
+    try:
+        running.stop()
+    finally:
+        ui.close()
+        metrics.close()
+        coordinator.close()
+        # As the runner does after Spark stops: no cached client keeps polling a broker that goes away.
+        close_cached_clients()
 
-    base = (int(time.time() * 1000) - 86_400_000) // 60_000 * 60_000
+
+def _events(first: int, count: int, base: int) -> list[dict[str, Any]]:
+    """`count` in-order events from index `first` (event time one day ago, 200 ms apart)."""
+    return [
+        {"user": f"u{i % USERS}", "amount": i % 50, "ts": base + i * 200} for i in range(first, first + count)
+    ]
+
+
+def _feed(bootstrap: str, topic: str, events: list[dict[str, Any]]) -> int:
+    """Produce `events` round-robin over the partitions, keyed by user (record timestamps are now)."""
     per_partition: dict[int, list[tuple[bytes, bytes]]] = {p: [] for p in range(PARTITIONS)}
-    for i in range(EVENTS):
-        user = f"u{i % USERS}"
-        value = {"user": user, "amount": i % 50, "ts": base + i * 200}
-        per_partition[i % PARTITIONS].append((user.encode(), json.dumps(value).encode()))
-    for i in range(LATE_EVENTS):
-        user = f"u{i % USERS}"
-        value = {"user": user, "amount": 1, "ts": base + 100 + i}
-        per_partition[i % PARTITIONS].append((user.encode(), json.dumps(value).encode()))
-    # Record timestamps are now (CreateTime): the end-to-end latency is seconds, not the event time's day.
+    for i, value in enumerate(events):
+        per_partition[i % PARTITIONS].append((value["user"].encode(), json.dumps(value).encode()))
     return sum(produce(bootstrap, topic, records, partition=p) for p, records in per_partition.items())
 
 
-def _write_job(folder: Path, bootstrap: str, topics: dict[str, str], metrics_port: int, ui_port: int) -> Path:
+def _inputs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The input in two parts: the first run reads the first; the second brings the poisoned event (for `copy`),
+    the rest of the in-order events, invalid ones (dropped by the window's filter) and late ones."""
+    base = (int(time.time() * 1000) - 86_400_000) // 60_000 * 60_000
+    cut = EVENTS * 3 // 5
+    first = _events(0, cut, base)
+    second = [{"user": "u1", "amount": POISON_AMOUNT, "ts": base + cut * 200}]
+    second += _events(cut, EVENTS - cut, base)
+    second += [{"user": f"u{i}", "amount": -1, "ts": base + cut * 200 + i} for i in range(INVALID)]
+    second += [{"user": f"u{i % USERS}", "amount": 1, "ts": base + 100 + i} for i in range(LATE_EVENTS)]
+    return first, second
+
+
+def _write_job(
+    folder: Path, app: str, bootstrap: str, topics: dict[str, str], metrics_port: int, ui_port: int
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    app = f"ui-{uuid.uuid4().hex[:8]}"
     (folder / "events.properties").write_text(
         f"connector.class=kafka-source\nname=events\nbootstrap.servers={bootstrap}\ntopics={topics['events']}\n"
-        "starting.offsets=earliest\nmax.records.per.epoch=200\nvalue.format=json\n"
+        "starting.offsets=earliest\nvalue.format=json\n"
         "value.schema=user string, amount long, ts long\nkafka.sasl.password=hunter2\n"
     )
     for sink in ("totals", "late", "copy"):
@@ -119,6 +158,7 @@ def _write_job(folder: Path, bootstrap: str, topics: dict[str, str], metrics_por
         f"app.id={app}\nsources=events.properties\nsinks=totals.properties,late.properties,copy.properties\n"
         f"pipeline=tests.integration.ui_jobs:windowed_and_copy\ncheckpoint.location={folder / 'checkpoint'}\n"
         "trigger.interval.ms=200\nsink.tasks=2\ntransaction.timeout.ms=2000\nprogress=off\n"
+        f"epoch.sizing=adaptive\nepoch.max.records={EPOCH_RECORDS}\nepoch.min.records={EPOCH_RECORDS // 2}\n"
         f"metrics.port={metrics_port}\nui.port={ui_port}\n"
     )
     return folder / "job.properties"
@@ -135,6 +175,130 @@ def _worker_env(spark: Any, values: dict[str, str]) -> Iterator[dict[str, str]]:
     finally:
         for key in values:
             environment.pop(key, None)
+
+
+def _wait(what: str, done: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if done():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"{what} within {timeout_s:.0f} s")
+
+
+def _start(spark: Any, loaded: LoadedJob, folder: Path) -> tuple[Any, RunMetrics, Any, Any]:
+    metrics = open_metrics(spark, loaded)
+    ui = open_ui(loaded, metrics)
+    assert ui is not None and ui.url is not None
+    try:
+        running, coordinator = start(spark, loaded, metrics=metrics, observers=[ui], log_dir=folder / "logs")
+    except BaseException:
+        ui.close()
+        metrics.close()
+        raise
+    return running, metrics, ui, coordinator
+
+
+def _first_run(
+    spark: Any, loaded: LoadedJob, folder: Path, bootstrap: str, topic: str, later: list[Any]
+) -> None:
+    """Run 1 (see the module docstring): an aborted-and-redone epoch, then a failed one; stopped at the end."""
+    # The broker aborts a transaction older than its timeout at its next cleanup check (1 s on the test broker).
+    delay_ms = 6000
+    with _worker_env(spark, {FAULT_DELAY_ENV: str(delay_ms), POISON_ENV: "1"}) as environment:
+        running, metrics, ui, coordinator = _start(spark, loaded, folder)
+        try:
+            # The map's worker environment is fixed when the query starts; the sink's delay is read per epoch.
+            environment.pop(POISON_ENV, None)
+            _wait(
+                "no epoch was aborted and redone",
+                lambda: any(e["txn_aborts"] > 0 for e in ui.epochs(-1)["entries"]),
+                180,
+            )
+            environment.pop(FAULT_DELAY_ENV, None)  # later epochs commit at the first attempt
+            _feed(bootstrap, topic, later)
+            _wait(
+                "the poisoned event failed no epoch of copy",
+                lambda: any(
+                    e["outcome"] == "failed" for e in ui.epochs(-1)["entries"] if e["query"] == "copy"
+                ),
+                180,
+            )
+        finally:
+            _stop(running, ui, metrics, coordinator)
+
+
+def _consumed(ui: Any, produced: dict[str, int]) -> bool:
+    """Every query committed an epoch ending at the end of the input (the history as the UI holds it)."""
+    ends: dict[str, dict[str, int]] = {q: {} for q in QUERIES}
+    for e in ui.epochs(-1)["entries"]:
+        if e["outcome"] == "committed" and e["query"] in ends:
+            for parts in e["end_offsets"].values():
+                for partition, offset in parts.items():
+                    ends[e["query"]][partition] = max(ends[e["query"]].get(partition, 0), offset)
+    return all(ends[q] == produced for q in QUERIES)
+
+
+@pytest.fixture(scope="module", name="run")
+def ui_run(
+    kafka_cluster: KafkaCluster, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UiRun]:
+    """The job's first run (an aborted-and-redone epoch, a failed epoch), stopped, and its second run until the
+    input is consumed; the second is stopped at the end of the module."""
+    began = time.monotonic()
+    bs = kafka_cluster.bootstrap
+    stamp = uuid.uuid4().hex[:8]
+    topics = {
+        name: create_topic(bs, f"ui-{name}-{stamp}", PARTITIONS)
+        for name in ("events", "totals", "late", "copy")
+    }
+    first, second = _inputs()
+    _feed(bs, topics["events"], first)
+    folder = tmp_path_factory.mktemp("ui-job")
+    app = f"ui-{stamp}"
+    job_path = _write_job(folder, app, bs, topics, _free_port(), _free_port())
+    _first_run(spark, load_job(job_path), folder, bs, topics["events"], second)
+    metrics_port = _free_port()
+    job_path = _write_job(folder, app, bs, topics, metrics_port, _free_port())
+    running, metrics, ui, coordinator = _start(spark, load_job(job_path), folder)
+    everything = first + second
+    produced = {str(p): len(everything[p::PARTITIONS]) for p in range(PARTITIONS)}
+    run = UiRun(
+        app,
+        job_path,
+        bs,
+        topics,
+        metrics_port,
+        ui.url,
+        running,
+        metrics,
+        ui,
+        coordinator,
+        produced,
+        tmp_path_factory.mktemp("screenshots"),
+    )
+    try:
+        _wait("the job did not consume its input", lambda: _consumed(ui, produced), 240)
+        time.sleep(2.5)  # the last epochs' progress reports settle; the page polls live figures twice
+        run.timings["job_ready_s"] = time.monotonic() - began
+        yield run
+    finally:
+        run.stop()
+
+
+@pytest.fixture(scope="module")
+def browser_page() -> Iterator[Any]:
+    """One headless chromium page for all of the module's browser tests (a browser start costs seconds)."""
+    with chromium_page() as page:
+        yield page
+
+
+@pytest.fixture
+def page(browser_page: Any) -> Iterator[Any]:
+    """The module's page for one test; the test fails if its pages raised a script error or lost a request."""
+    browser_page.errors.clear()
+    yield browser_page
+    assert browser_page.errors == []
 
 
 def _scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -161,76 +325,6 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
     return start + (end - start) * (rank - below) / (count - below)
 
 
-@pytest.fixture(scope="module")
-def ui_run(
-    kafka_cluster: KafkaCluster, spark: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[UiRun]:
-    """The job, started with its first epochs' transactions outliving the transaction timeout, run until its input
-    is consumed (and one epoch was aborted and redone); stopped at the end of the module."""
-    began = time.monotonic()
-    bs = kafka_cluster.bootstrap
-    stamp = uuid.uuid4().hex[:8]
-    topics = {
-        name: create_topic(bs, f"ui-{name}-{stamp}", PARTITIONS)
-        for name in ("events", "totals", "late", "copy")
-    }
-    events = _feed(bs, topics["events"])
-    folder = tmp_path_factory.mktemp("ui-job")
-    metrics_port = _free_port()
-    job_path = _write_job(folder, bs, topics, metrics_port, _free_port())
-    loaded = load_job(job_path)
-    # The broker aborts a transaction older than its timeout at its next cleanup check (1 s on the test broker).
-    delay_ms = 6000 if kafka_cluster.broker is not None else 15000
-    metrics = open_metrics(spark, loaded)
-    ui = open_ui(loaded, metrics)
-    assert ui is not None and ui.url is not None
-    with _worker_env(spark, {FAULT_DELAY_ENV: str(delay_ms)}) as environment:
-        running, _coordinator = start(spark, loaded, metrics=metrics, observers=[ui], log_dir=folder / "logs")
-        run = UiRun(
-            loaded.job.app_id,
-            job_path,
-            metrics_port,
-            ui.url,
-            running,
-            metrics,
-            ui,
-            events,
-            tmp_path_factory.mktemp("screenshots"),
-        )
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                if any(e["txn_aborts"] > 0 for e in ui.epochs(-1)["entries"]):
-                    environment.pop(FAULT_DELAY_ENV, None)  # later epochs commit at the first attempt
-                    break
-                time.sleep(0.5)
-            else:
-                pytest.fail("no epoch was aborted and redone within 180 s")
-        except BaseException:
-            run.stop()
-            raise
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            figures = metrics.metrics.figures()["queries"] if metrics.metrics is not None else {}
-            done = all(sum(figures.get(q, {}).get("records_in", {}).values()) >= events for q in QUERIES)
-            lags = [
-                v for q in figures.values() for s in q["lag"].values() for t in s.values() for v in t.values()
-            ]
-            if done and lags and not any(lags):
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(
-                f"the job did not consume its input: {metrics.metrics.figures() if metrics.metrics else None}"
-            )
-        time.sleep(1.0)  # the last epochs' progress reports and histories settle
-        run.timings["job_ready_s"] = time.monotonic() - began
-        yield run
-    finally:
-        run.stop()
-
-
 def _screenshot(page: Any, run: UiRun, name: str) -> Path:
     path = run.screenshots / f"ui-{name}.png"
     page.screenshot(path=str(path), full_page=True)
@@ -246,19 +340,68 @@ def _history(app_id: str) -> list[Any]:
         return history.records()
 
 
-def check_graph(page: Any, run: UiRun) -> None:
-    """The graph has the job's queries, operators (with where they run), connectors and edges."""
+def _live(run: UiRun) -> dict[str, Any]:
+    assert run.metrics.metrics is not None
+    return run.metrics.metrics.figures()["queries"]
+
+
+def _node_ids(page: Any) -> dict[tuple[str | None, str], str]:
+    """`{(query box, operator name): node id}` of the drawn graph."""
+    drawn = page.evaluate("EK.graphElements()")
+    return {(n["parent"], n["name"]): n["id"] for n in drawn["nodes"] if n["name"]}
+
+
+def _label(page: Any, nid: str) -> str:
+    return str(page.evaluate(f"EK.cy().getElementById({json.dumps(nid)}).data('label')")).replace("\n", " ")
+
+
+@pytest.mark.timeout(600)  # the module's job runs in this first test's set-up
+def test_operator_rows_match_a_count_of_the_input(run: UiRun) -> None:
+    """Per-operator rows over both runs (the history's committed epochs) against a plain-Python count of the
+    input: the select and the map see every event once, the filter drops the invalid ones, and the window's rows
+    out are the records its two sinks hold."""
+    everything = [json.loads(r.value) for r in read_committed(run.bootstrap, run.topics["events"])]
+    assert len(everything) == sum(run.produced.values())
+    totals: dict[str, list[int]] = {}
+    for record in _history(run.app_id):
+        if record.outcome_detail != "committed" and record.outcome_detail != "aborted-and-redone":
+            continue
+        for nid, rows in (record.operators or {}).items():
+            assert None not in rows, (nid, rows)
+            total = totals.setdefault(nid, [0, 0])
+            total[0] += rows[0]
+            total[1] += rows[1]
+    names = {n["label"]: n["id"] for n in run.ui.plan()["nodes"] if n.get("query") == "late+totals"}
+    copy = {n["label"]: n["id"] for n in run.ui.plan()["nodes"] if n.get("query") == "copy"}
+    kept = [e for e in everything if e["amount"] >= 0]
+    window_out = len(read_committed(run.bootstrap, run.topics["totals"])) + len(
+        read_committed(run.bootstrap, run.topics["late"])
+    )
+    expected = {
+        names[f"select user, amount, ts, {SIZE}"]: [len(everything)] * 2,
+        names["filter valid"]: [len(everything), len(kept)],
+        names["window tumbling 5 s: aggregate CountSum"]: [len(kept), window_out],
+        copy["map tag"]: [len(everything)] * 2,
+    }
+    got = {nid: totals.get(nid) for nid in expected}
+    print(f"per-operator rows over both runs: {got} (reference {expected})")
+    assert got == expected
+
+
+def test_graph_has_the_jobs_operators_connectors_and_edges(page: Any, run: UiRun) -> None:
+    """The graph has the job's queries, operators (with where they run), connectors and edges; live figures."""
     open_page(page, run.ui_url, "graph", min_polls=2)
     page.wait_for_function("EK.graphElements() !== null")
     drawn = page.evaluate("EK.graphElements()")
     nodes = {n["id"]: n for n in drawn["nodes"]}
     assert {f"q:{q}" for q in QUERIES} <= set(nodes)
     runs = {(n["parent"], n["name"]): n["runs"] for n in drawn["nodes"] if n["name"]}
+    select = f"select user, amount, ts, {SIZE}"
     assert runs[(None, "events")] == "kafka-source"
     assert runs[("q:late+totals", "totals")] == "kafka-sink"
     assert runs[("q:late+totals", "late")] == "kafka-sink"
     assert runs[("q:copy", "copy")] == "kafka-sink"
-    assert runs[("q:late+totals", "select user, amount, ts")] == "spark-native"
+    assert runs[("q:late+totals", select)] == "spark-native"
     assert runs[("q:late+totals", "watermark ts (-1 s)")] == "spark-native"
     assert runs[("q:late+totals", "filter valid")] == "python"
     assert runs[("q:late+totals", "key_by user")] == "spark-native"
@@ -269,24 +412,94 @@ def check_graph(page: Any, run: UiRun) -> None:
         (by_name[e["source"]], by_name[e["target"]], (e["label"] or "").split("\n")[0])
         for e in drawn["edges"]
     }
-    assert ("events", "select user, amount, ts", "") in {(a, b, "") for a, b, _ in edges}
+    assert ("events", select, "") in {(a, b, "") for a, b, _ in edges}
     assert ("window tumbling 5 s: aggregate CountSum", "totals") in {(a, b) for a, b, _ in edges}
     assert ("window tumbling 5 s: aggregate CountSum", "late", "side output late") in edges
     assert ("map tag", "copy") in {(a, b) for a, b, _ in edges}
-    # Live figures: the source node shows what the metrics counted.
+    # Live figures: the source node shows what the metrics counted (this run: both queries read every event).
+    live = _live(run)
+    read = sum(live[q]["records_in"].get("events", 0) for q in QUERIES)
     page.wait_for_function(
-        "EK.graphElements().nodes.some(n => n.id === 'source:events' && n.label.includes('in '))",
+        f"EK.graphElements().nodes.some(n => n.id === 'source:events' && n.label.includes('in {read:,}'))",
         timeout=15_000,
     )
-    label = next(
-        n["label"] for n in page.evaluate("EK.graphElements()")["nodes"] if n["id"] == "source:events"
-    )
-    assert f"in {2 * run.events:,}" in label, label  # two queries read every event
     assert page.locator("#operators tbody tr").count() == len(nodes) - len(QUERIES)
     _screenshot(page, run, "graph")
 
 
-def check_timeline(page: Any, run: UiRun) -> None:
+def _open_graph(page: Any, url: str, min_polls: int = 1) -> None:
+    open_page(page, url, "graph", min_polls=min_polls)
+    page.wait_for_function("EK.graphElements() !== null")
+
+
+def test_graph_shows_each_operators_rows_rate_and_watermark(page: Any, run: UiRun) -> None:
+    """Every operator node shows its rows in and out as the job's metrics counted them (n/a where Spark counts
+    none), its rate between the page's last two live snapshots, and its watermark: the query's after the
+    watermark node, none before it and in the copy query."""
+    _open_graph(page, run.ui_url, min_polls=2)
+    ids = _node_ids(page)
+    shown = 0
+    for query in QUERIES:
+        for nid, rows in _live(run)[query]["operators"].items():
+            # The label and the two snapshots its rate came from, read together (the page polls meanwhile).
+            seen = page.evaluate(
+                """([query, nid]) => {
+                  const out = (s) => ((((s.queries[query] || {}).operators || {})[nid]) || {}).out || 0;
+                  const now = EK.state.live, before = EK.state.previousLive;
+                  return {label: EK.cy().getElementById(nid).data("label"), rows: now.queries[query].operators[nid],
+                          rate: (out(now) - out(before)) / ((now.at - before.at) / 1000)};
+                }""",
+                [query, nid],
+            )
+            assert seen["rows"] == rows, (nid, seen, rows)  # the job is idle: the page has the same counts
+            label = seen["label"].replace("\n", " ")
+            n_in, n_out = ("n/a" if v is None else f"{v:,}" for v in (rows["in"], rows["out"]))
+            line = f"in {n_in} · out {n_out}"
+            if rows["out"] is not None:
+                rate = max(0.0, seen["rate"])
+                line += f" · {round(rate):,} rec/s" if rate >= 100 else f" · {rate:.1f} rec/s"
+            assert line in label, (nid, line, label)
+            shown += 1
+    assert shown >= 6
+    live = _live(run)
+    for query, name in (
+        ("late+totals", "filter valid"),
+        ("late+totals", "window tumbling 5 s: aggregate CountSum"),
+        ("copy", "map tag"),
+    ):
+        rows = live[query]["operators"][ids[(f"q:{query}", name)]]
+        assert rows["in"] and rows["out"] is not None, (name, rows)  # Spark's own counts, not n/a
+    watermark = live["late+totals"]["watermark_s"]
+    assert watermark
+    clock = time.strftime("%H:%M:%S", time.gmtime(watermark))
+    for name in ("filter valid", "key_by user", "window tumbling 5 s: aggregate CountSum", "totals", "late"):
+        assert f"watermark {clock}" in _label(page, ids[("q:late+totals", name)]), name
+    for where in (
+        ("q:late+totals", f"select user, amount, ts, {SIZE}"),
+        ("q:copy", "map tag"),
+        ("q:copy", "copy"),
+    ):
+        assert "no watermark" in _label(page, ids[where]), where
+
+
+def _labels_inside(page: Any) -> None:
+    """Every operator's and connector's label lies inside its node's shape."""
+    outside = page.evaluate("EK.labelsOutside()")
+    assert outside == [], outside
+
+
+def test_graph_labels_stay_inside_their_nodes(page: Any, run: UiRun) -> None:
+    """No label reaches outside its node, the select's long SQL expression included (wrapped, not cut)."""
+    _open_graph(page, run.ui_url)
+    _labels_inside(page)
+    select = _node_ids(page)[("q:copy", f"select user, amount, ts, {SIZE}")]
+    label = page.evaluate(f"EK.cy().getElementById({json.dumps(select)}).data('label')")
+    assert label.count("\n") >= 5 and " ".join(label.split()).startswith(
+        f"select user, amount, ts, {SIZE}"
+    ), label
+
+
+def test_timeline_shows_every_epoch_and_the_redone_one(page: Any, run: UiRun) -> None:
     """Every epoch of the history is a row; the aborted-and-redone one stands out and shows its details."""
     open_page(page, run.ui_url, "checkpoints", min_polls=1)
     for _attempt in range(
@@ -321,20 +534,23 @@ def check_timeline(page: Any, run: UiRun) -> None:
             assert f"{topic}\t{partition}\t{target.start_offsets[topic][partition]}\t{end}" in offsets, (
                 offsets
             )
+    assert page.locator("#cp-chart .run-gap").count() == 1  # the restart is marked on the chart
     _screenshot(page, run, "checkpoints")
 
 
-def check_latency(page: Any, run: UiRun) -> None:
-    """The whole-run percentiles are what `histogram_quantile` gives over the endpoint's histogram."""
+def test_latency_percentiles_are_the_metrics_histograms(page: Any, run: UiRun) -> None:
+    """The whole-run percentiles are what `histogram_quantile` gives over the endpoint's histogram (clamped into
+    the observed extremes)."""
     samples = _scrape(run.metrics_port)
     open_page(page, run.ui_url, "latency", min_polls=1)
+    live = _live(run)
     for query in QUERIES:
         buckets: dict[float, float] = {}
         for labels, value in samples["ethereal_kafka_end_to_end_latency_seconds_bucket"]:
             if labels["query"] == query:
                 le = float("inf") if labels["le"] == "+Inf" else float(labels["le"])
                 buckets[le] = buckets.get(le, 0.0) + value
-        assert buckets and max(buckets.values()) >= run.events
+        assert buckets and max(buckets.values()) >= sum(live[query]["records_in"].values()) > 0
         row = f"#percentiles tr[data-query='{query}']"
         page.wait_for_selector(f"{row} td.p99[data-value]:not([data-value=''])")
         count = page.inner_text(f"{row} td.count").replace(",", "")
@@ -351,33 +567,125 @@ def check_latency(page: Any, run: UiRun) -> None:
     _screenshot(page, run, "latency")
 
 
-@pytest.mark.timeout(480)
-def test_ui_shows_graph_timeline_and_latency_of_a_running_job(ui_run: UiRun) -> None:
-    began = time.monotonic()
-    with chromium_page() as page:
-        check_graph(page, ui_run)
-        check_timeline(page, ui_run)
-        check_latency(page, ui_run)
-        open_page(page, ui_run.ui_url, "job", min_polls=1)
-        facts = page.inner_text("[data-testid=facts]")
-        assert "running (live)" in facts and "local[" in facts, facts
-        config = page.inner_text("[data-testid=config]")
-        assert "kafka.sasl.password" in config and "hunter2" not in config
-        assert "No auto-scaling decisions" in page.inner_text("[data-testid=decisions]")
-        _screenshot(page, ui_run, "job")
-        assert page.errors == []
-    print(
-        f"job ready in {ui_run.timings['job_ready_s']:.1f}s; browser checks {time.monotonic() - began:.1f}s; "
-        f"screenshots in {ui_run.screenshots}"
+def test_charts_break_their_lines_at_the_restart_and_mark_it(page: Any, run: UiRun) -> None:
+    """The latency page's charts break their lines where the app stopped and started again, and mark it."""
+    runs = sorted({r.run_started_ms for r in _history(run.app_id)})
+    assert len(runs) == 2 and None not in runs, runs
+    open_page(page, run.ui_url, "latency", min_polls=1)
+    for chart in ("lat-chart", "dur-chart", "lag-chart"):
+        page.wait_for_function(f"document.querySelectorAll('#{chart} .run-gap').length === 1")
+        gap = page.locator(f"#{chart} .run-gap").first
+        assert int(gap.get_attribute("data-started") or 0) == runs[1]
+        data = page.evaluate(f"EK.charts['{chart}'].plot.data")
+        breaks = page.evaluate(f"EK.charts['{chart}'].breaks")
+        xs, series = data[0], data[1:]
+        assert len(breaks) == 1, (chart, breaks)  # one all-null point between the runs: no line across
+        at = breaks[0]
+        assert all(s[at] is None for s in series), (chart, [s[at] for s in series])
+        assert xs[at - 1] * 1000 < runs[1] < xs[at + 1] * 1000 + 1, (chart, xs)
+        assert page.evaluate(f"EK.charts['{chart}'].plot.series.slice(1).every(s => !s.spanGaps)")
+
+
+def test_exceptions_page_shows_failed_epochs_readably(page: Any, run: UiRun) -> None:
+    """The failed epoch of `copy` is an entry: when, which epoch, its one-line error, and its whole traceback
+    folded below, line by line."""
+    failed = [r for r in _history(run.app_id) if r.outcome == "failed" and r.query == "copy"]
+    assert failed
+    open_page(page, run.ui_url, "exceptions", min_polls=1)
+    entry = page.locator(f"#exceptions .exception[data-query='copy'][data-epoch='{failed[0].epoch}']").first
+    line = entry.locator("[data-testid=error-line]").inner_text()
+    assert "PoisonedRecordError" in line and "\n" not in line and len(line) <= 300, line
+    trace = entry.locator("[data-testid=trace]")
+    assert not trace.is_visible()  # folded
+    entry.locator("details summary").click()
+    text = trace.inner_text()
+    assert trace.is_visible() and "Traceback (most recent call last)" in text, text[:400]
+    assert text.count("\n") >= 5 and "PoisonedRecordError" in text
+    assert text.strip() == (failed[0].error or "").strip()  # as recorded, line by line
+    assert trace.evaluate("t => getComputedStyle(t).whiteSpace") == "pre"
+    assert page.locator("nav a[data-page=exceptions] .count").inner_text() == str(
+        sum(1 for r in _history(run.app_id) if r.outcome == "failed")
     )
+    _screenshot(page, run, "exceptions")
+
+
+def test_job_page_shows_the_settings_in_force(page: Any, run: UiRun) -> None:
+    """The job page shows the settings in force (the source as the runner bounds and sizes it, and what the file
+    said), the adaptive budget, secrets masked."""
+    open_page(page, run.ui_url, "job", min_polls=2)
+    facts = page.inner_text("[data-testid=facts]")
+    assert "running (live)" in facts and "local[" in facts, facts
+    config = page.inner_text("[data-testid=config]")
+    assert "kafka.sasl.password" in config and "hunter2" not in config
+    source = "table[data-config='source events']"
+    in_force = run.ui.description.config["sources"]["events"]
+    row = page.locator(f"{source} tr[data-key='max.records.per.epoch']")
+    assert (
+        row.locator("td").nth(1).inner_text() == str(in_force["max.records.per.epoch"]) == str(EPOCH_RECORDS)
+    )
+    assert "job file: 0" in row.inner_text() and "changed" in (row.get_attribute("class") or "")
+    sizing = page.locator(f"{source} tr[data-key='epoch.sizing']")
+    assert sizing.locator("td").nth(1).inner_text() == "adaptive" and "job file: fixed" in sizing.inner_text()
+    page.wait_for_function(f'!document.querySelector("{source} tr.budget").hidden')
+    budgets = page.locator(f"{source} tr.budget td.budget-value").inner_text()
+    live = _live(run)
+    for query in QUERIES:
+        assert f"{live[query]['epoch_budgets']['events']:,} ({query})" in budgets, budgets
+    assert "No auto-scaling decisions" in page.inner_text("[data-testid=decisions]")
+    _screenshot(page, run, "job")
+
+
+def _leave(page: Any) -> None:
+    """Leave the page shown (its polls in flight are cancelled, which is no error of the next page's)."""
+    page.goto("about:blank")
+    page.errors.clear()
+
+
+def test_one_record_stopped_app_shows_that_records_latency(page: Any, tmp_path: Path) -> None:
+    """A stopped app whose last run read one record that waited 65 s: the latency page shows 65 s for every
+    percentile (not the bucket's interpolation, p50 90 s / p99 119.4 s)."""
+    record = ui_records.one_record_epoch("ui-one-record")
+    with CheckpointHistory(record.app_id, tmp_path / "history") as history:
+        history.record(record)
+    plan = {"style": "dataframe", "queries": [{"name": "q", "sinks": ["out"]}], "nodes": [], "edges": []}
+    described = RunDescription(
+        app_id=record.app_id,
+        started_ms=record.started_ms,
+        plan=plan,
+        config={},
+        job_file="job.properties",
+        checkpoint_location=str(tmp_path),
+        delivery_guarantee="exactly-once",
+    )
+    data = HistoryUi(described, tmp_path / "history")
+    server = UiServer(data)
+    try:
+        _leave(page)
+        open_page(page, server.url, "latency", min_polls=1)
+        row = "#percentiles tr[data-query='q']"
+        page.wait_for_selector(f"{row} td.p50[data-value]:not([data-value=''])")
+        assert page.inner_text(f"{row} td.count") == "1"
+        for name in ("p50", "p95", "p99"):
+            cell = f"{row} td.{name}"
+            assert float(page.get_attribute(cell, "data-value") or "nan") == pytest.approx(
+                ui_records.LATENCY_S, abs=0.01
+            )
+            assert page.inner_text(cell) == f"{ui_records.LATENCY_S:.1f} s", name
+        _leave(page)
+    finally:
+        server.close()
+        data.close()
 
 
 @pytest.mark.timeout(240)
-def test_ui_command_serves_a_stopped_app(ui_run: UiRun) -> None:
-    ui_run.stop()
-    history = _history(ui_run.app_id)
+def test_ui_command_serves_a_stopped_app(page: Any, run: UiRun) -> None:
+    """`ethereal-kafka ui APP` serves the stopped app's pages from its history: the timeline, the graph with the
+    last run's per-operator figures (labels inside), the latency page's restart mark, the exceptions; read-only."""
+    run.stop()
+    history = _history(run.app_id)
+    last_run = max(r.run_started_ms or 0 for r in history)
     process = subprocess.Popen(
-        [sys.executable, "-m", "ethereal_kafka.cli", "ui", ui_run.app_id, "--port", str(_free_port())],
+        [sys.executable, "-m", "ethereal_kafka.cli", "ui", run.app_id, "--port", str(_free_port())],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -389,20 +697,34 @@ def test_ui_command_serves_a_stopped_app(ui_run: UiRun) -> None:
             process.stderr.read() if process.poll() else ""
         )
         url = line.split()[2]
-        with chromium_page() as page:
-            open_page(page, url, "checkpoints", min_polls=1)
-            assert "stopped app" in page.inner_text("[data-testid=mode]")
-            page.wait_for_function(f"document.querySelectorAll('#epochs tbody tr').length == {len(history)}")
-            assert page.locator("#epochs tbody tr[data-outcome='aborted-and-redone']").count() >= 1
-            open_page(page, url, "graph", min_polls=1)
-            page.wait_for_function("EK.graphElements() !== null")
-            names = {n["name"] for n in page.evaluate("EK.graphElements()")["nodes"]}
-            assert {"events", "totals", "late", "copy", "map tag", "filter valid"} <= names
-            open_page(page, url, "latency", min_polls=1)
-            page.wait_for_selector(
-                "#percentiles tr[data-query='copy'] td.p50[data-value]:not([data-value=''])"
-            )
-            assert page.errors == []
+        _leave(page)
+        open_page(page, url, "checkpoints", min_polls=1)
+        assert "stopped app" in page.inner_text("[data-testid=mode]")
+        page.wait_for_function(f"document.querySelectorAll('#epochs tbody tr').length == {len(history)}")
+        assert page.locator("#epochs tbody tr[data-outcome='aborted-and-redone']").count() >= 1
+        _open_graph(page, url)
+        names = {n["name"] for n in page.evaluate("EK.graphElements()")["nodes"]}
+        assert {"events", "totals", "late", "copy", "map tag", "filter valid"} <= names
+        # Per-operator figures of the last run, from its epochs in the history.
+        tag = _node_ids(page)[("q:copy", "map tag")]
+        rows = [
+            r.operators[tag]
+            for r in history
+            if r.run_started_ms == last_run
+            and r.outcome == "committed"
+            and r.operators
+            and tag in r.operators
+        ]
+        total = sum(row[1] for row in rows)
+        assert total > 0 and f"out {total:,}" in _label(page, tag)
+        _labels_inside(page)
+        open_page(page, url, "latency", min_polls=1)
+        page.wait_for_selector("#percentiles tr[data-query='copy'] td.p50[data-value]:not([data-value=''])")
+        assert page.locator("#dur-chart .run-gap").count() == 1
+        open_page(page, url, "exceptions", min_polls=1)
+        assert page.locator("#exceptions .exception[data-query='copy']").count() >= 1
+        assert page.errors == []
+        _leave(page)
         # Read-only: anything but GET/HEAD is refused.
         request = urllib.request.Request(f"{url}api/epochs", method="POST", data=b"")
         with pytest.raises(urllib.error.HTTPError) as refused:

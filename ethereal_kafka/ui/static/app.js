@@ -177,10 +177,12 @@ EK.runs = function (epochs) {
    different runs, so that no line is drawn across a stop and a restart. */
 EK.columns = function (rows, x, series, runOf) {
   const data = [[]].concat(series.map(() => []));
+  data.breaks = [];  // indices of the points inserted between runs
   let previous;
   rows.forEach((row, i) => {
     const run = runOf(row);
     if (i > 0 && run !== previous) {
+      data.breaks.push(data[0].length);
       data[0].push((x(rows[i - 1]) + x(row)) / 2);
       for (let s = 1; s < data.length; s++) data[s].push(null);
     }

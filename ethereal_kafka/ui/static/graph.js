@@ -13,6 +13,8 @@
   };
   let cy = null;
   let drawn = "";
+  const sizes = {};
+  const LAYOUT = { name: "dagre", rankDir: "LR", nodeSep: 24, rankSep: 70, padding: 16 };
 
   function legend() {
     const box = document.getElementById("graph-legend");
@@ -56,6 +58,11 @@
         const epochs = f.epochs || {};
         add(out.query, q.name, `epoch ${f.last_epoch ?? "-"} · ${EK.fmt.int(epochs.committed || 0)} committed` +
           (epochs.failed ? ` · ${epochs.failed} failed` : ""));
+        for (const [nid, rows] of Object.entries(f.operators || {})) {
+          const rate = EK.rate((s) => ((((s.queries[q.name] || {}).operators || {})[nid]) || {}).out || 0);
+          add(out.node, nid, operatorLine(rows.in, rows.out, rows.out === null ? null : rate));
+        }
+        watermarks(plan, q.name, f.watermark_s ? f.watermark_s * 1000 : null, out);
       }
       for (const [source, t] of Object.entries(sourceTotals)) {
         add(out.node, `source:${source}`, `in ${EK.fmt.int(t.in)} · ${EK.fmt.rate(t.rate)}`);
@@ -66,19 +73,54 @@
       const totals = {};
       for (const e of state.epochs) {
         if (e.outcome !== "committed" || e.started_ms < since) continue;
-        const t = totals[e.query] || (totals[e.query] = { in: 0, out: 0, epochs: 0, last: null });
+        const t = totals[e.query] || (totals[e.query] = { in: 0, out: 0, epochs: 0, last: null, operators: {}, watermark: null });
         t.in += Math.max(0, e.records_read != null ? e.records_read : e.records_in); t.out += e.records_out; t.epochs += 1; t.last = e.epoch;
+        if (e.watermark_ms) t.watermark = Math.max(t.watermark || 0, e.watermark_ms);
+        for (const [nid, rows] of Object.entries(e.operators || {})) {
+          const sum = t.operators[nid] || (t.operators[nid] = [0, 0]);
+          for (const i of [0, 1]) sum[i] = sum[i] === null || rows[i] === null ? null : sum[i] + rows[i];
+        }
       }
       for (const [query, t] of Object.entries(totals)) {
         add(out.query, query, `last run: ${EK.fmt.int(t.epochs)} epochs, in ${EK.fmt.int(t.in)}, out ${EK.fmt.int(t.out)}`);
         const q = plan.queries.find((x) => x.name === query);
         if (q && q.sinks.length === 1) add(out.node, `sink:${q.sinks[0]}`, `out ${EK.fmt.int(t.out)} (last run)`);
+        for (const [nid, rows] of Object.entries(t.operators)) add(out.node, nid, operatorLine(rows[0], rows[1], null));
+        watermarks(plan, query, t.watermark, out);
       }
     }
     return out;
   }
 
   function edgeId(edge) { return `e:${edge.source}->${edge.target}:${edge.label || ""}`; }
+
+  /* "in N · out M · r rec/s"; a figure Spark does not count for the operator shows as n/a. */
+  function operatorLine(rowsIn, rowsOut, rate) {
+    const n = (v) => (v === null || v === undefined ? "n/a" : EK.fmt.int(v));
+    return `in ${n(rowsIn)} · out ${n(rowsOut)}` + (rate !== null && rate !== undefined ? ` · ${EK.fmt.rate(rate)}` : "");
+  }
+
+  /* Each operator of `query` (and its sinks) with its watermark: the query's event-time watermark for what runs
+     after a watermark is assigned, "no watermark" before. Spark keeps one watermark per query. */
+  function watermarks(plan, query, watermarkMs, out) {
+    const after = new Set();
+    const next = {};
+    for (const e of plan.edges) (next[e.source] = next[e.source] || []).push(e.target);
+    const stack = plan.nodes.filter((n) => n.query === query && n.kind === "watermark").map((n) => n.id);
+    while (stack.length) {
+      const id = stack.pop();
+      if (after.has(id)) continue;
+      after.add(id);
+      for (const t of next[id] || []) stack.push(t);
+    }
+    for (const node of plan.nodes) {
+      if (node.query !== query) continue;
+      const text = after.has(node.id)
+        ? (watermarkMs ? `watermark ${EK.fmt.clock(watermarkMs)}` : "watermark: none yet")
+        : "no watermark";
+      out.node[node.id] = (out.node[node.id] ? out.node[node.id] + "\n" : "") + text;
+    }
+  }
 
   function nodeLabel(node, extra) {
     const runs = RUNS[node.runs] ? RUNS[node.runs].short : node.runs;
@@ -91,6 +133,54 @@
     return extra ? `${text}\n${extra}` : text;
   }
 
+  /* Label metrics shared by the measurement below and cytoscape's style, so a label fits its node exactly. */
+  const FONT_SIZE = 12, LINE_HEIGHT = 1.3, MAX_TEXT = 300;
+  const FONT_FAMILY = "Helvetica, Arial, sans-serif";
+  /* Room the shape takes from its text: cut corners and barrel sides. */
+  const SHAPE_PAD = { "cut-rectangle": 14, "barrel": 14 };
+  let measure = null;
+
+  function textWidth(text) {
+    if (!measure) {
+      measure = document.createElement("canvas").getContext("2d");
+      measure.font = `${FONT_SIZE}px ${FONT_FAMILY}`;
+    }
+    return measure.measureText(text).width;
+  }
+
+  /* Break `line` at spaces (or anywhere, for a word wider than `max`) into lines of at most `max` pixels. */
+  function wrap(line, max) {
+    if (textWidth(line) <= max) return [line];
+    const out = [];
+    let current = "";
+    for (const word of line.split(" ")) {
+      const tried = current ? `${current} ${word}` : word;
+      if (textWidth(tried) <= max) { current = tried; continue; }
+      if (current) out.push(current);
+      current = word;
+      while (textWidth(current) > max) {
+        let cut = current.length - 1;
+        while (cut > 1 && textWidth(current.slice(0, cut)) > max) cut -= 1;
+        out.push(current.slice(0, cut));
+        current = current.slice(cut);
+      }
+    }
+    if (current) out.push(current);
+    return out;
+  }
+
+  /* The label wrapped to at most MAX_TEXT px a line, and the node size that holds it with padding. */
+  function fit(text, shape) {
+    const lines = text.split("\n").flatMap((l) => wrap(l, MAX_TEXT));
+    const padX = 10 + (SHAPE_PAD[shape] || 0), padY = 7 + (SHAPE_PAD[shape] ? 4 : 0);
+    const widest = Math.max(...lines.map(textWidth));
+    return {
+      label: lines.join("\n"),
+      w: Math.max(90, Math.ceil(widest) + 2 * padX),
+      h: Math.ceil(lines.length * FONT_SIZE * LINE_HEIGHT) + 2 * padY,
+    };
+  }
+
   function elements(state, figs) {
     const plan = state.plan;
     const els = [];
@@ -100,14 +190,12 @@
       els.push({ group: "nodes", data: { id: `q:${q.name}`, label: extra ? `${head}\n${extra}` : head, isQuery: 1 } });
     }
     for (const node of plan.nodes) {
-      const label = nodeLabel(node, figs.node[node.id]);
-      const lines = label.split("\n");
-      const width = Math.max(90, Math.min(340, 7.5 * Math.max(...lines.map((l) => l.length)) + 16));
       const look = RUNS[node.runs] || RUNS["spark-native"];
+      const box = fit(nodeLabel(node, figs.node[node.id]), look.shape);
       els.push({
         group: "nodes",
         data: {
-          id: node.id, label, w: width, h: 17 * lines.length + 12, color: look.color, shape: look.shape,
+          id: node.id, label: box.label, w: box.w, h: box.h, color: look.color, shape: look.shape,
           parent: node.query ? `q:${node.query}` : undefined, runs: node.runs, kind: node.kind, name: node.label,
         },
       });
@@ -124,13 +212,27 @@
     const figs = figures(state);
     const els = elements(state, figs);
     const key = JSON.stringify(state.plan);
+    /* A node never shrinks while the page shows it, and grows in steps of 20 px: figures that change width every
+       poll (rates) do not move the graph; a label that outgrows its node lays the graph out again. */
+    let grew = false;
+    for (const el of els) {
+      if (!el.data.w) continue;
+      const seen = sizes[el.data.id] || { w: 0, h: 0 };
+      const w = Math.max(seen.w, Math.ceil(el.data.w / 20) * 20), h = Math.max(seen.h, el.data.h);
+      if (cy && key === drawn && (w > seen.w || h > seen.h)) grew = true;
+      sizes[el.data.id] = { w, h };
+      el.data.w = w; el.data.h = h;
+    }
     if (cy && key === drawn) {
       cy.batch(() => {
         for (const el of els) {
           const found = cy.getElementById(el.data.id);
-          if (found.nonempty()) found.data("label", el.data.label);
+          if (!found.nonempty()) continue;
+          found.data("label", el.data.label);
+          if (el.data.w) { found.data("w", el.data.w); found.data("h", el.data.h); }
         }
       });
+      if (grew) cy.layout(LAYOUT).run();
       return;
     }
     if (cy) cy.destroy();
@@ -141,8 +243,9 @@
       wheelSensitivity: 0.3,
       style: [
         { selector: "node", style: {
-          "label": "data(label)", "text-wrap": "wrap", "text-valign": "center", "text-halign": "center",
-          "font-size": 12, "width": "data(w)", "height": "data(h)", "shape": "data(shape)",
+          "label": "data(label)", "text-wrap": "wrap", "text-max-width": 10000, "text-valign": "center",
+          "text-halign": "center", "font-size": FONT_SIZE, "font-family": FONT_FAMILY, "line-height": LINE_HEIGHT,
+          "width": "data(w)", "height": "data(h)", "shape": "data(shape)",
           "background-color": "data(color)", "border-width": 1, "border-color": "#8a93a6" } },
         { selector: "node[?isQuery]", style: {
           "label": "data(label)", "text-valign": "top", "text-halign": "center", "font-weight": 600,
@@ -154,7 +257,7 @@
           "text-background-color": "#fff", "text-background-opacity": 0.85, "text-background-padding": 2 } },
         { selector: "edge[?side]", style: { "line-style": "dashed", "line-color": "#d9822b", "target-arrow-color": "#d9822b" } },
       ],
-      layout: { name: "dagre", rankDir: "LR", nodeSep: 24, rankSep: 70, padding: 16 },
+      layout: LAYOUT,
     });
   }
 
@@ -188,6 +291,8 @@
     },
   };
 
+  EK.cy = function () { return cy; };
+
   /* For tests and debugging: the drawn graph's nodes and edges. */
   EK.graphElements = function () {
     if (!cy) return null;
@@ -198,3 +303,15 @@
     };
   };
 })();
+
+/* For tests: the drawn nodes whose label reaches outside their shape's box ([{id, body, text}]). */
+EK.labelsOutside = function () {
+  const cy = EK.cy && EK.cy();
+  if (!cy) return null;
+  return cy.nodes().filter((n) => !n.isParent()).map((n) => ({
+    id: n.id(),
+    body: n.boundingBox({ includeLabels: false, includeOverlays: false }),
+    text: n.boundingBox({ includeNodes: false, includeEdges: false, includeLabels: true, includeOverlays: false }),
+  })).filter(({ body, text }) => text.x1 < body.x1 - 0.5 || text.x2 > body.x2 + 0.5 ||
+    text.y1 < body.y1 - 0.5 || text.y2 > body.y2 + 0.5);
+};

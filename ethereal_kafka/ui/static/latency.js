@@ -31,6 +31,7 @@
     } else {
       chart.plot.setData(data);
     }
+    chart.breaks = data.breaks || [];
   }
 
   function percentileTable(state) {

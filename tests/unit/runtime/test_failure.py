@@ -32,6 +32,13 @@ Caused by: java.io.IOException: No space left on device
 \tat java.base/java.io.FileOutputStream.writeBytes(Native Method)
 """
 
+# Py4J's form: its own line, then the JVM exception after ": " (an epoch interrupted when its query was stopped).
+PY4J_INTERRUPTED = """An error occurred while calling o1596.collectToPython.
+: java.lang.InterruptedException
+\tat java.base/java.util.concurrent.locks.AbstractQueuedSynchronizer.acquireSharedInterruptibly(Unknown Source)
+\tat org.apache.spark.sql.Dataset.collectToPython(Dataset.scala:4141)
+"""
+
 
 def test_the_innermost_python_error_of_a_streaming_failure() -> None:
     assert (
@@ -47,6 +54,10 @@ def test_an_executor_traceback_inside_a_stage_failure() -> None:
 
 def test_a_jvm_cause_chain() -> None:
     assert cause_in_text(JVM_ONLY) == "IOException: No space left on device"
+
+
+def test_a_py4j_call_error_names_the_jvm_exception_not_the_call() -> None:
+    assert cause_in_text(PY4J_INTERRUPTED) == "InterruptedException"
 
 
 def test_plain_text_falls_back_to_its_first_line_without_spark_prefixes() -> None:
