@@ -57,7 +57,7 @@ from tests.integration.ui_jobs import POISON_AMOUNT, POISON_ENV, SIZE
 
 PARTITIONS = 2
 #: In-order events (the docs' screenshots run more: `EK_UI_TEST_EVENTS`).
-EVENTS = int(os.environ.get("EK_UI_TEST_EVENTS", "1200"))
+EVENTS = int(os.environ.get("EK_UI_TEST_EVENTS", "600"))
 #: Events with a negative amount, which the window query's Python filter drops.
 INVALID = 6
 LATE_EVENTS = 12
@@ -258,6 +258,7 @@ def ui_run(
     app = f"ui-{stamp}"
     job_path = _write_job(folder, app, bs, topics, _free_port(), _free_port())
     _first_run(spark, load_job(job_path), folder, bs, topics["events"], second)
+    first_run_s = time.monotonic() - began
     metrics_port = _free_port()
     job_path = _write_job(folder, app, bs, topics, metrics_port, _free_port())
     running, metrics, ui, coordinator = _start(spark, load_job(job_path), folder)
@@ -284,6 +285,8 @@ def ui_run(
         yield run
     finally:
         run.stop()
+        # The suite's time budget counts this job's runs: `pytest -s` shows them.
+        print(f"\nui job: first run {first_run_s:.1f} s, ready {run.timings.get('job_ready_s', -1):.1f} s")
 
 
 @pytest.fixture(scope="module")
