@@ -2,6 +2,8 @@
 
 Order: an external cluster named by `ETHEREAL_KAFKA_BOOTSTRAP`; a testcontainers Kafka container when a Docker engine
 answers; otherwise the real local Apache Kafka broker from Maven Central jars (`ethereal_kafka.broker`).
+Failure tests that kill brokers of a replicated cluster get a local 3-node cluster from the same jars
+(`start_local_cluster`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ethereal_kafka.broker import JVM_MARKER, BrokerSettings, LocalBroker, kafka_version
+from ethereal_kafka.broker import (
+    JVM_MARKER,
+    BrokerSettings,
+    ClusterSettings,
+    LocalBroker,
+    LocalCluster,
+    kafka_version,
+)
 from ethereal_kafka.broker.procs import live_pids
 
 #: The image used where a Docker engine exists: testcontainers' Kafka module boots Confluent's image layout (KRaft).
@@ -92,6 +101,27 @@ def start_cluster(state_root: Path | None = None) -> KafkaCluster:
         f"(pid {status.pid}; no Docker engine answered)",
         broker=broker,
     )
+
+
+def start_local_cluster(state_root: Path, nodes: int = 3) -> LocalCluster:
+    """Start a local N-node cluster from the pinned jars for failure tests that kill its nodes: always the jar-based
+    one (an external cluster or a container cannot be SIGKILLed node by node). The caller `destroy()`s it."""
+    # As the session broker: the tests check that timed-out transactions are aborted.
+    overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+    cluster = LocalCluster(
+        ClusterSettings(
+            name=f"pytest-cluster{nodes}",
+            state_dir=state_root / f"pytest-cluster{nodes}-{os.getpid()}",
+            nodes=nodes,
+            overrides=overrides,
+        )
+    )
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.destroy()
+        raise
+    return cluster
 
 
 def _start_container() -> KafkaCluster:
