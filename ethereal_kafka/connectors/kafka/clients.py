@@ -271,15 +271,26 @@ def close_quietly(consumers: Iterable[Consumer]) -> None:
         _close(consumer)
 
 
-def bounded_call(what: str, call: Callable[[], T], timeout_s: float = 30.0) -> T:
-    """Run a blocking transactional call, giving up after `timeout_s` even when the client does not.
+#: How long `send_offsets_to_transaction` may wait on the group coordinator before its producer is given up and
+#: replaced (`send_offsets`). It normally takes milliseconds. librdkafka ignores the call's own timeout while the
+#: coordinator it cached is unreachable (confluentinc/librdkafka#5456) and, once that broker has left the
+#: cluster's metadata, never looks the coordinator up again (#5511): on a 3-node cluster the call hung past 90 s
+#: in 5 of 5 tries whenever the group coordinator's node had been SIGKILLed ~15 s before it, while the other two
+#: nodes served; a new producer's call then took 0.1-0.3 s. During a genuine coordinator failover the replacement
+#: waits in its `init_transactions` instead, so giving up early costs nothing there.
+COORDINATOR_STALL_S = 8.0
+
+
+def bounded_call(what: str, call: Callable[[], T], timeout_s: float = 30.0, grace_s: float = 5.0) -> T:
+    """Run a blocking transactional call, giving up after `timeout_s` + `grace_s` even when the client does not.
 
     librdkafka's `send_offsets_to_transaction` ignores its timeout and can block forever once the group
-    coordinator was restarted (confluentinc/librdkafka#5456, #5511; seen here after a broker restart). The call
-    runs in a daemon thread (the client releases the GIL); if it has not returned in time the caller gets a
-    `_TIMED_OUT` error, which is fatal for the producer: the caller abandons it, and the next producer's
-    `init_transactions` for the same transactional id fences it and aborts its transaction. Used by the sink tasks
-    and by the driver's phase-two commits.
+    coordinator was restarted or left the cluster (confluentinc/librdkafka#5456, #5511; seen here after a broker
+    restart, and on a 3-node cluster after a kill). The call runs in a daemon thread (the client releases the GIL);
+    if it has not returned in time the caller gets a `_TIMED_OUT` error, which is fatal for the producer: the
+    caller abandons it, and the next producer's `init_transactions` for the same transactional id fences it and
+    aborts its transaction. Used by the sink tasks and by the driver's phase-two commits. `grace_s` lets the
+    client's own timeout (`timeout_s`, passed to the call) answer first where it works.
 
     Raises:
         KafkaException: what the call raised, or `_TIMED_OUT` when it did not return in time.
@@ -296,13 +307,28 @@ def bounded_call(what: str, call: Callable[[], T], timeout_s: float = 30.0) -> T
             done.set()
 
     threading.Thread(target=run, name=f"ethereal-kafka-{what}", daemon=True).start()
-    if not done.wait(timeout_s + 5.0):
+    if not done.wait(timeout_s + grace_s):
         raise KafkaException(
-            KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within {timeout_s + 5.0:.0f}s")
+            KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within {timeout_s + grace_s:.0f}s")
         )
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome.get("value")  # type: ignore[return-value]
+
+
+def send_offsets(producer: Producer, offsets: list[TopicPartition], metadata: Any) -> None:
+    """`producer.send_offsets_to_transaction(offsets, metadata)`, given up after `COORDINATOR_STALL_S` (see
+    there): a `_TIMED_OUT` error then tells the caller to replace the producer.
+
+    Raises:
+        KafkaException: what the call raised, or `_TIMED_OUT`.
+    """
+    bounded_call(
+        "send_offsets_to_transaction",
+        lambda: producer.send_offsets_to_transaction(offsets, metadata, COORDINATOR_STALL_S),
+        timeout_s=COORDINATOR_STALL_S,
+        grace_s=1.0,
+    )
 
 
 def with_retries(
