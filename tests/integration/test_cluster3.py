@@ -128,14 +128,17 @@ def test_running_count_survives_killed_leaders_and_coordinators(
     assert _per_key_order_kept(updates)
     assert reader.count > 0 and reader.duplicates == 0
 
-    epochs = _committed_epochs(files.app_id)
+    # The bound holds for every epoch but the run's first, which also starts the Python workers and the state
+    # store (10-20 s on a loaded machine, with or without a kill).
+    first, *epochs = _committed_epochs(files.app_id)
     usual = statistics.median(e.duration_ms for e in epochs)
     bound = 2 * usual + 10_000
     for kill in kills:
         print(_effect(kill, epochs))
     longest = max(epochs, key=lambda e: e.duration_ms)
     print(
-        f"epochs={len(epochs)} usual={usual:.0f} ms longest={longest.duration_ms} ms (epoch {longest.epoch})"
+        f"epochs={len(epochs) + 1} first={first.duration_ms} ms usual={usual:.0f} ms bound={bound:.0f} ms "
+        f"longest={longest.duration_ms} ms (epoch {longest.epoch})"
     )
     assert longest.duration_ms < bound, (
         f"epoch {longest.epoch} took {longest.duration_ms} ms > {bound:.0f} ms"
