@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,7 +26,8 @@ from pathlib import Path
 
 from ethereal_kafka.broker import roles
 from ethereal_kafka.broker.local import BrokerSettings, BrokerStatus, LocalBroker, new_cluster_id, pick_ports
-from ethereal_kafka.broker.ownership import refuse_foreign, start_lock
+from ethereal_kafka.broker.ownership import process_uid, refuse_foreign, start_lock
+from ethereal_kafka.broker.procs import JVM_MARKER, live_pids
 from ethereal_kafka.errors import BrokerError
 from ethereal_kafka.paths import cache_home
 
@@ -235,17 +238,17 @@ class LocalCluster:
             self._layout()
             nodes = [self.node(n) for n in self.node_ids]
             with contextlib.ExitStack() as locks:
-                launched = []
-                for node in nodes:
-                    node.refuse_foreign()
-                    locks.enter_context(start_lock(node.state_dir))
-                    if not node.status().running:
-                        launched.append((node, node.spawn()))
                 try:
+                    launched = []
+                    for node in nodes:
+                        node.refuse_foreign()
+                        locks.enter_context(start_lock(node.state_dir))
+                        if not node.status().running:
+                            launched.append((node, node.spawn()))
                     for node, proc in launched:
                         node.await_ready(proc)
                 except BrokerError:
-                    self._kill_all()
+                    self._kill_all()  # no half-started cluster is left behind
                     raise
             self._wait_registered(self.settings.start_timeout_s)
         return self.status()
@@ -330,6 +333,14 @@ class LocalCluster:
     def _kill_all(self) -> None:
         for node_id in sorted(_ports(self._read_layout())):
             self.node(node_id).kill()
+        # And any node JVM of this user still running over the state directory whose pid file is gone (a state
+        # directory deleted under a running cluster): found by its command-line marker.
+        me = os.geteuid()
+        marker = f"{JVM_MARKER}{self.state_dir}/"
+        for pid in live_pids(lambda args: any(a.startswith(marker) for a in args)):
+            if process_uid(pid) == me:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def _ports(layout: Mapping[str, object]) -> dict[int, tuple[int, int]]:

@@ -391,8 +391,13 @@ def format_storage(java: str, libs: Path, props: Path, data_dir: Path, cluster_i
     cmd += [f"--cluster-id={cluster_id}", "-c", str(props)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        raise BrokerError(f"formatting KRaft storage in {data_dir} failed: {last[0]}")
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        # A Java stack trace ends in `at ...` lines: name the exception instead.
+        cause = [
+            ln for ln in lines if ("Exception" in ln or "Error" in ln) and not ln.lstrip().startswith("at ")
+        ]
+        last = cause[:1] or lines[-1:] or [f"exit {proc.returncode}"]
+        raise BrokerError(f"formatting KRaft storage in {data_dir} failed: {last[0].strip()}")
 
 
 def _int(value: object) -> int:
