@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _cluster(args: argparse.Namespace) -> int:
     if args.port:
-        raise ConfigError("--port names one broker's port: a cluster's nodes take free ports (kept across restarts)")
+        raise ConfigError(
+            "--port names one broker's port: a cluster's nodes take free ports (kept across restarts)"
+        )
     cluster = LocalCluster(
         ClusterSettings(name=args.name or f"cluster{args.nodes}", state_dir=args.state_dir, nodes=args.nodes)
     )

@@ -22,7 +22,7 @@ batches kept (up to `RETAIN_BYTES`); fenced (a newer attempt of this task took t
 writing and wait for that attempt's marker (`_await_newer_attempt`); other fatal errors (timed out, invalid state)
 → close the producer and fence again with a new one, check the owner, re-read the marker (a commit may have landed
 although the call failed) and redo only if needed. `send_offsets_to_transaction` stuck on a group coordinator that
-left the cluster is given up after `COORDINATOR_STALL_S` and takes that path too. Reads of the marker and the claim
+left the cluster is given up (`connectors.kafka.stall`) and takes that path too. Reads of the marker and the claim
 are retried while the group's coordinator moves (a replicated cluster losing a node), never taken for "nothing". A producer lives for one attempt and is closed after it, so a
 healthy run never fences itself.
 """
@@ -39,14 +39,10 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ethereal_kafka import faults
-from ethereal_kafka.connectors.kafka.clients import (
-    bounded_call,
-    group_consumer,
-    send_offsets,
-    transactional_producer,
-)
+from ethereal_kafka.connectors.kafka.clients import bounded_call, group_consumer, transactional_producer
 from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN, OutRecord, encode_outputs
 from ethereal_kafka.connectors.kafka.sink import send_records
+from ethereal_kafka.connectors.kafka.stall import send_offsets
 from ethereal_kafka.eos.committed import read_marker
 from ethereal_kafka.eos.dead_letters import forget, take
 from ethereal_kafka.eos.errors import FencedError, TransactionError
@@ -347,9 +343,10 @@ class TransactionalTask:
                 time.sleep(delay_s)
         metadata = self.consumer.consumer_group_metadata()
         committing = time.perf_counter()
-        # Bounded by COORDINATOR_STALL_S: a call stuck on a group coordinator that left the cluster ends in a new
+        # A call stuck on a group coordinator that left the cluster is given up (`kafka.stall`) and ends in a new
         # producer (the fatal path of `commit`), which looks the coordinator up afresh.
-        _retry(lambda: send_offsets(producer, offsets, metadata))
+        sink = self.write.sink
+        _retry(lambda: send_offsets(producer, offsets, metadata, sink.bootstrap_servers, sink.passthrough))
         self._trace(faults.COMMIT)
         _retry(
             lambda: bounded_call("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S))

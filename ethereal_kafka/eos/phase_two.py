@@ -13,8 +13,8 @@ A new producer's `init_transactions` looks the coordinators up afresh, and fence
 new producer fails to open before its first commit do not count: it looked its coordinators up after them (on a
 3-node cluster with one node down, counting them renewed the producer in every epoch while the node was down,
 because each new producer tries the dead node's bootstrap address). Where no connection error shows (the other
-brokers of a cluster stay up), `send_offsets_to_transaction` is given up after `COORDINATOR_STALL_S` and the
-producer replaced all the same.
+brokers of a cluster stay up), a `send_offsets_to_transaction` stuck on a coordinator the cluster no longer has is
+given up (`connectors.kafka.stall`) and the producer replaced all the same.
 """
 
 from __future__ import annotations
@@ -28,15 +28,11 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from ethereal_kafka import faults
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.connectors.kafka.clients import (
-    bounded_call,
-    send_offsets,
-    transactional_producer,
-    with_retries,
-)
+from ethereal_kafka.connectors.kafka.clients import bounded_call, transactional_producer, with_retries
 from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter
 from ethereal_kafka.connectors.kafka.encoding import OutRecord
 from ethereal_kafka.connectors.kafka.sink import send_records
+from ethereal_kafka.connectors.kafka.stall import send_offsets
 from ethereal_kafka.eos.committed import committed_offsets
 from ethereal_kafka.eos.errors import FencedError
 from ethereal_kafka.eos.markers import EpochMarker
@@ -165,7 +161,7 @@ class PhaseTwo:
                 current.begin_transaction()
                 send_records(current, records, None)
                 metadata = consumer.consumer_group_metadata()
-                send_offsets(current, tps, metadata)
+                send_offsets(current, tps, metadata, source.bootstrap_servers, source.passthrough)
                 bounded_call("commit_transaction", lambda: current.commit_transaction(30))
                 self._proven.add(txn_id)
                 if tries == 1:

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -134,11 +135,12 @@ class ClientCache:
 
 
 def _close(client: Any) -> None:
-    """Close a consumer, or flush a producer (briefly): its state no longer matters to the caller."""
+    """Close a consumer, or flush a producer (briefly): its state no longer matters to the caller. An admin client
+    needs nothing (it goes with its last reference)."""
     with contextlib.suppress(KafkaException, RuntimeError):
         if isinstance(client, Consumer):
             client.close()
-        else:
+        elif isinstance(client, Producer):
             client.flush(5)
 
 
@@ -271,17 +273,13 @@ def close_quietly(consumers: Iterable[Consumer]) -> None:
         _close(consumer)
 
 
-#: How long `send_offsets_to_transaction` may wait on the group coordinator before its producer is given up and
-#: replaced (`send_offsets`). It normally takes milliseconds. librdkafka ignores the call's own timeout while the
-#: coordinator it cached is unreachable (confluentinc/librdkafka#5456) and, once that broker has left the
-#: cluster's metadata, never looks the coordinator up again (#5511): on a 3-node cluster the call hung past 90 s
-#: in 5 of 5 tries whenever the group coordinator's node had been SIGKILLed ~15 s before it, while the other two
-#: nodes served; a new producer's call then took 0.1-0.3 s. During a genuine coordinator failover the replacement
-#: waits in its `init_transactions` instead, so giving up early costs nothing there.
-COORDINATOR_STALL_S = 8.0
-
-
-def bounded_call(what: str, call: Callable[[], T], timeout_s: float = 30.0, grace_s: float = 5.0) -> T:
+def bounded_call(
+    what: str,
+    call: Callable[[], T],
+    timeout_s: float = 30.0,
+    grace_s: float = 5.0,
+    stuck: Callable[[float], str | None] | None = None,
+) -> T:
     """Run a blocking transactional call, giving up after `timeout_s` + `grace_s` even when the client does not.
 
     librdkafka's `send_offsets_to_transaction` ignores its timeout and can block forever once the group
@@ -290,7 +288,9 @@ def bounded_call(what: str, call: Callable[[], T], timeout_s: float = 30.0, grac
     if it has not returned in time the caller gets a `_TIMED_OUT` error, which is fatal for the producer: the
     caller abandons it, and the next producer's `init_transactions` for the same transactional id fences it and
     aborts its transaction. Used by the sink tasks and by the driver's phase-two commits. `grace_s` lets the
-    client's own timeout (`timeout_s`, passed to the call) answer first where it works.
+    client's own timeout (`timeout_s`, passed to the call) answer first where it works. `stuck`, when given, is
+    asked every second while the call runs (with the seconds elapsed) and ends the wait early by returning why
+    (`kafka.stall.CoordinatorWatch`).
 
     Raises:
         KafkaException: what the call raised, or `_TIMED_OUT` when it did not return in time.
@@ -307,28 +307,28 @@ def bounded_call(what: str, call: Callable[[], T], timeout_s: float = 30.0, grac
             done.set()
 
     threading.Thread(target=run, name=f"ethereal-kafka-{what}", daemon=True).start()
-    if not done.wait(timeout_s + grace_s):
-        raise KafkaException(
-            KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within {timeout_s + grace_s:.0f}s")
-        )
+    began = time.monotonic()
+    limit = timeout_s + grace_s
+    while not done.wait(min(1.0, max(0.0, limit - (time.monotonic() - began)))):
+        elapsed = time.monotonic() - began
+        if elapsed >= limit:
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, f"{what} did not return within {limit:.0f}s")
+            )
+        reason = stuck(elapsed) if stuck is not None else None
+        if reason is not None:
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, f"{what} given up after {elapsed:.0f}s: {reason}")
+            )
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome.get("value")  # type: ignore[return-value]
 
 
-def send_offsets(producer: Producer, offsets: list[TopicPartition], metadata: Any) -> None:
-    """`producer.send_offsets_to_transaction(offsets, metadata)`, given up after `COORDINATOR_STALL_S` (see
-    there): a `_TIMED_OUT` error then tells the caller to replace the producer.
-
-    Raises:
-        KafkaException: what the call raised, or `_TIMED_OUT`.
-    """
-    bounded_call(
-        "send_offsets_to_transaction",
-        lambda: producer.send_offsets_to_transaction(offsets, metadata, COORDINATOR_STALL_S),
-        timeout_s=COORDINATOR_STALL_S,
-        grace_s=1.0,
-    )
+def cached_admin(bootstrap: str, passthrough: Mapping[str, str] | None = None) -> AdminClient:
+    """This process's admin client for `bootstrap` with the pass-through settings (metadata look-ups)."""
+    conf = {**_QUIET, "bootstrap.servers": bootstrap, **(passthrough or {})}
+    return CLIENTS.get("admin", conf, new_admin)
 
 
 def with_retries(
