@@ -53,13 +53,15 @@ ROLES = ("input-partition leader", "output-partition leader", "transaction coord
 
 @dataclass(frozen=True)
 class Kill:
-    """One broker kill: which role, which node, when (wall clock), where the job was, when the node was back."""
+    """One broker kill: which role, which node, when (wall clock), where the job was, when the cluster fenced the
+    node (it left the metadata: leaderships and coordinators move then), when the node was back and in sync."""
 
     role: str
     node: int
     roles_held: str
     at: float
     landed: str
+    fenced: float
     restarted: float
     healthy: float
 
@@ -179,11 +181,13 @@ def _kill_during_transaction(
     cluster.kill(node)
     at = time.time()
     landed = describe_kill(files.checkpoint, trace)
-    _wait(lambda: time.time() - at >= DOWN_S and _fenced(cluster, node), 60, f"node {node} to be fenced", job)
+    _wait(lambda: _fenced(cluster, node), 60, f"node {node} to be fenced", job)
+    fenced = time.time()
+    time.sleep(max(0.0, at + DOWN_S - time.time()))
     cluster.start_node(node)
     restarted = time.time()
     cluster.wait_healthy()
-    return Kill(role, node, held, at, landed, restarted, time.time())
+    return Kill(role, node, held, at, landed, fenced, restarted, time.time())
 
 
 def _fenced(cluster: LocalCluster, node: int) -> bool:
@@ -195,8 +199,9 @@ def _fenced(cluster: LocalCluster, node: int) -> bool:
 
 def _describe(kill: Kill) -> str:
     return (
-        f"killed node {kill.node} ({kill.roles_held}) for the {kill.role}: {kill.landed}; restarted after "
-        f"{kill.restarted - kill.at:.1f} s, in sync after {kill.healthy - kill.at:.1f} s"
+        f"killed node {kill.node} ({kill.roles_held}) for the {kill.role}: {kill.landed}; fenced after "
+        f"{kill.fenced - kill.at:.1f} s, restarted after {kill.restarted - kill.at:.1f} s, in sync after "
+        f"{kill.healthy - kill.at:.1f} s"
     )
 
 
@@ -214,8 +219,10 @@ def _effect(kill: Kill, epochs: list[EpochRecord]) -> str:
         default=None,
     )
     longest = max((e.duration_ms for e in spanning), default=0)
-    after = f"{(first - at_ms) / 1000:.1f} s" if first is not None else "none"
-    return f"{kill.role} (node {kill.node}): longest epoch {longest} ms, first committed output {after} after the kill"
+    after = "none"
+    if first is not None:
+        after = f"{(first - at_ms) / 1000:.1f} s after the kill ({(first - kill.fenced * 1000) / 1000:.1f} s after the fence)"
+    return f"{kill.role} (node {kill.node}): longest epoch {longest} ms, first committed output {after}"
 
 
 # -- the job's progress ----------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ STALL_MIN_S = 5.0
 SETTLE_S = 3.0
 #: The call's own timeout, and the bound on it whatever the cluster says.
 CALL_LIMIT_S = 30.0
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 class CoordinatorWatch:
@@ -62,14 +63,19 @@ class CoordinatorWatch:
 
 
 def cluster_whole(bootstrap: str, passthrough: Mapping[str, str], timeout_s: float = 2.0) -> bool:
-    """True when the cluster describes itself and every node it lists accepts a TCP connection (False while a
-    dead node is still listed, i.e. before the cluster fenced it, and when the cluster does not answer)."""
+    """True when the cluster's metadata answers and every broker it lists accepts a TCP connection (False while a
+    dead node is still listed, i.e. before the cluster fenced it, and when the cluster does not answer).
+
+    The metadata asked for is `__transaction_state`'s (it exists wherever a transaction was begun), so the answer
+    stays small on a cluster with many topics; any broker answers it (DescribeCluster would wait for the active
+    controller, which may be the dead node).
+    """
     admin = cached_admin(bootstrap, passthrough)
     try:
-        nodes = admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s + 1).nodes
+        brokers = admin.list_topics(TRANSACTION_STATE_TOPIC, timeout=timeout_s).brokers
     except Exception:  # KafkaException, a timeout: the cluster is not whole as far as this can tell
         return False
-    return bool(nodes) and all(_accepts(node.host, node.port, timeout_s) for node in nodes)
+    return bool(brokers) and all(_accepts(str(b.host), int(b.port), timeout_s) for b in brokers.values())
 
 
 def send_offsets(
