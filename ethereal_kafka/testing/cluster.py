@@ -106,8 +106,16 @@ def start_cluster(state_root: Path | None = None) -> KafkaCluster:
 def start_local_cluster(state_root: Path, nodes: int = 3) -> LocalCluster:
     """Start a local N-node cluster from the pinned jars for failure tests that kill its nodes: always the jar-based
     one (an external cluster or a container cannot be SIGKILLed node by node). The caller `destroy()`s it."""
-    # As the session broker: the tests check that timed-out transactions are aborted.
-    overrides = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
+    overrides = {
+        # As the session broker: the tests check that timed-out transactions are aborted.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+        # The controller fences a node that sent no heartbeat for this long; only then do its leaderships and
+        # coordinators move. Kafka's 9 s (2 s heartbeats) took 8-13 s on a loaded 2-core machine, the better part
+        # of the bound the kill tests hold an epoch to (twice the usual epoch + 10 s); the framework's own share,
+        # from the fence to the next committed output, was 3-4.5 s. 6 s keeps the bound about the framework.
+        "broker.session.timeout.ms": "6000",
+        "broker.heartbeat.interval.ms": "1000",
+    }
     cluster = LocalCluster(
         ClusterSettings(
             name=f"pytest-cluster{nodes}",
