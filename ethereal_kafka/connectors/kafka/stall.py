@@ -3,11 +3,12 @@
 librdkafka ignores the call's own timeout while the coordinator it cached is unreachable
 (confluentinc/librdkafka#5456) and, once that broker has left the cluster's metadata, may never look the
 coordinator up again (#5511). Measured on a local 3-node cluster: with the group coordinator's node SIGKILLed ~15 s
-before the call (it had left the metadata), the call hung past 90 s in 5 of 5 tries while the other two nodes
-served; a new producer's call then took 0.1-0.3 s. A fixed cut-off cannot tell that hang from a genuine failover:
+before the call (it had left the metadata), the call hung in 7 of 7 tries while the other two nodes served (2
+watched past 90 s, 3 replaced after 10 s, 2 given up by this module after 5 s); a new producer's call then took
+0.1-0.3 s. A fixed cut-off cannot tell that hang from a genuine failover:
 with the transaction coordinator's node killed, the same call waits until the cluster fences the node (9-13 s after
-the kill: the brokers' session timeout) and then completes within a second; cut at 8 s, it was redone with a new
-producer and the epoch took 21 s instead of ~15.
+the kill: the brokers' session timeout) and then completes within about a second; cut at a fixed 8 s, it was
+redone with a new producer and the epoch took 21 s instead of ~15.
 
 `CoordinatorWatch` therefore waits while the cluster is failing over (a broker its metadata lists does not accept
 connections: the dead node is not fenced yet), and gives the call up once the cluster has been whole for
