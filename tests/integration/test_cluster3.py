@@ -147,6 +147,25 @@ def test_running_count_survives_killed_leaders_and_coordinators(
     )
 
 
+def test_broker_cli_covers_every_node(kafka_cluster3: LocalCluster) -> None:
+    """`broker start --nodes 3` on a running cluster returns it (last line: every node's address); `status` lists
+    each node."""
+    cli = [sys.executable, "-m", "ethereal_kafka.cli", "broker"]
+    where = ["--nodes", "3", "--state-dir", str(kafka_cluster3.state_dir)]
+    before = {n: s.pid for n, s in kafka_cluster3.status().nodes.items()}
+    started = subprocess.run(
+        [*cli, "start", *where], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip().splitlines()[-1] == kafka_cluster3.bootstrap
+    assert {n: s.pid for n, s in kafka_cluster3.status().nodes.items()} == before  # nothing new started
+    status = subprocess.run(
+        [*cli, "status", *where], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert status.returncode == 0, status.stderr
+    assert sum(f"node {n}: running" in status.stdout for n in (1, 2, 3)) == 3, status.stdout
+
+
 # -- the kills -----------------------------------------------------------------------------------------------------
 def _role_node(cluster: LocalCluster, role: str, files: JobFiles, src: str, dst: str) -> int:
     if role == ROLES[0]:
