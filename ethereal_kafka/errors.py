@@ -32,3 +32,13 @@ class KafkaConnectionError(EtherealKafkaError):
 
 class SparkSetupError(EtherealKafkaError):
     """The local SparkSession could not be created (missing Java, Python worker cannot connect back)."""
+
+
+class RecordTooLargeError(EtherealKafkaError):
+    """A record is larger than the producer (`message.max.bytes`) or its topic (`max.message.bytes`) accepts.
+
+    Raised by a sink task (exactly-once: before its transaction is retried in vain); the epoch fails, and fails again
+    at every replay until the record fits. The message names the topic, the record's size and key, and the sink
+    task's input. Raise the limits (`kafka.message.max.bytes` on the sink and the topic's `max.message.bytes`), or
+    drop or trim such records in the pipeline.
+    """

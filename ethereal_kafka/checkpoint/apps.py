@@ -7,7 +7,10 @@ and the checkpoint; `replay` takes the lock to prove that no instance of the app
 Both live beside the app's checkpoint history, in `<cache>/apps/<app.id>/`:
 
 * `job.json` — the run record: the job file and checkpoint root as absolute paths, the instance id that claims the
-  app in Kafka, host, pid and start time. Paths and ids only: no connector setting (so no secret) is written.
+  app in Kafka, host, pid and start time, the environment variables the job's files read (so `offsets` and
+  `replay` load the job as it ran, whatever their own shell has set) and each connector's bootstrap servers.
+  No secret is written: a variable any secret key reads (`config.model.is_secret`) is left out, and comes from
+  the environment of the command that reads the record.
 * `run.lock` — an advisory `flock`, held *exclusively* by the one running instance for the life of its run, and by
   `replay` for as long as it changes anything. The kernel releases a lock when its process ends, SIGKILL
   included, so a crashed job never leaves a stale lock; a pid or a heartbeat file could not promise that.
@@ -35,6 +38,7 @@ from typing import IO, TypeVar
 
 from ethereal_kafka.checkpoint.errors import AppRunningError
 from ethereal_kafka.config.job import LoadedJob
+from ethereal_kafka.config.variables import job_variables
 from ethereal_kafka.paths import cache_home
 
 log = logging.getLogger(__name__)
@@ -98,6 +102,11 @@ class RunRecord:
         started_ms: Wall-clock start, epoch milliseconds.
         groups: Per source name, the consumer groups the job's queries commit its offsets to (a source read by
             several queries has one group per query: `<group>.<query>`); empty = each source's own group.
+        pool: Per cluster (bootstrap servers), the transactional ids the run may use (recorded once the coordinator
+            knows them): `replay` fences them, so no zombie of the run commits after the reset.
+        env: The environment variables the job's files read, as the run saw them (None: unset, the file's default
+            applied), secrets left out (`config.variables.job_variables`); empty in records of older versions.
+        clusters: Per source, sink and table name, the `bootstrap.servers` the run used.
     """
 
     app_id: str
@@ -108,6 +117,9 @@ class RunRecord:
     pid: int
     started_ms: int
     groups: dict[str, list[str]] = field(default_factory=dict)
+    pool: dict[str, list[str]] = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)
+    clusters: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """One JSON object; `from_json` reads it back equal."""
@@ -123,7 +135,12 @@ class RunRecord:
         return from_json_object(cls, text, "run record")
 
 
-def record_run(loaded: LoadedJob, instance_id: str, groups: dict[str, list[str]] | None = None) -> RunRecord:
+def record_run(
+    loaded: LoadedJob,
+    instance_id: str,
+    groups: dict[str, list[str]] | None = None,
+    pool: dict[str, list[str]] | None = None,
+) -> RunRecord:
     """Write the run record of `loaded`'s app (atomically: a reader sees the old or the new record, whole).
 
     Called by the runner at start, before the coordinator claims the app, so the claim it commits is always one
@@ -140,6 +157,13 @@ def record_run(loaded: LoadedJob, instance_id: str, groups: dict[str, list[str]]
         pid=os.getpid(),
         started_ms=int(time.time() * 1000),
         groups={name: sorted(set(found)) for name, found in (groups or {}).items()},
+        pool={cluster: sorted(set(ids)) for cluster, ids in (pool or {}).items()},
+        env=job_variables(loaded),
+        clusters={
+            name: config.bootstrap_servers
+            for configs in (loaded.sources, loaded.sinks, loaded.tables)
+            for name, config in configs.items()
+        },
     )
     folder = app_dir(record.app_id)
     folder.mkdir(parents=True, exist_ok=True)

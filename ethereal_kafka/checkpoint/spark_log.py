@@ -85,6 +85,16 @@ def logged_epochs(location: str | Path) -> list[int]:
     return sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit())
 
 
+def uncommitted_epoch(location: str | Path) -> int | None:
+    """The last epoch Spark logged (`offsets/N`) but did not commit (`commits/N`): the one a restart replays; None
+    when the last logged epoch committed, or nothing is logged."""
+    logged = logged_epochs(location)
+    if not logged:
+        return None
+    commits = Path(location) / "commits"
+    return None if (commits / str(logged[-1])).exists() else logged[-1]
+
+
 def sync_offset_log(location: str | Path, epoch: int) -> None:
     """Flush `offsets/<epoch>` (and the folder's entry for it, and the checkpoint's `metadata`) to stable storage.
 

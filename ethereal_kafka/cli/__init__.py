@@ -9,11 +9,14 @@ from collections.abc import Sequence
 from ethereal_kafka.cli import (
     broker_cmd,
     checkpoints_cmd,
+    consume_cmd,
     demo_cmd,
     offsets_cmd,
+    produce_cmd,
     replay_cmd,
     run_cmd,
     spark_archive_cmd,
+    topics_cmd,
     ui_cmd,
     validate_cmd,
 )
@@ -45,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints_cmd.register(sub)
     offsets_cmd.register(sub)
     replay_cmd.register(sub)
+    topics_cmd.register(sub)
+    produce_cmd.register(sub)
+    consume_cmd.register(sub)
     spark_archive_cmd.register(sub)
     ui_cmd.register(sub)
     return parser

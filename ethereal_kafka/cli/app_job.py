@@ -1,25 +1,32 @@
 """Find the job behind an `APP` argument (for `offsets` and `replay`), and print aligned tables.
 
 `APP` is looked up in the run record `ethereal-kafka run` writes when a job starts on this host
-(`<cache>/apps/APP/job.json`: the job file and the checkpoint root it used, as absolute paths). `--job FILE` names the
-job file instead (its checkpoint location is then read as `run` would read it, relative to the current folder).
-Either way the job file is loaded again, so its connectors are configured as they are now; nothing secret is
-stored in the record or printed.
+(`<cache>/apps/APP/job.json`: the job file and the checkpoint root it used, as absolute paths, the environment
+variables its files read and each connector's bootstrap servers). The job file is loaded again with the
+environment the app ran with, whatever this shell has set (`config.variables`), and each connector reaches the
+cluster the app ran against; secrets are not in the record and come from this shell. `--job FILE` names the job
+file instead: it is loaded with this shell's environment, and its checkpoint location is read as `run` would read
+it, relative to the current folder. Nothing secret is printed.
+
+Before their first request, `offsets` and `replay` reach each cluster once (`reach_clusters`): a cluster that
+refuses fails in about a second, one that does not answer after the job's `connect.timeout.ms`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ethereal_kafka.checkpoint.apps import RunRecord, read_run_record
 from ethereal_kafka.checkpoint.errors import AppNotFoundError
-from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
+from ethereal_kafka.config.variables import recorded_environment
+from ethereal_kafka.connectors.kafka.reach import reach
 from ethereal_kafka.errors import ConfigError
 
 
@@ -86,15 +93,56 @@ def resolve_app(args: argparse.Namespace) -> AppJob:
                 f"no job known as app {app_id!r} on this host (`ethereal-kafka run` records a job when it "
                 "starts); pass --job FILE"
             )
-        loaded = load_job(record.job_file)
+        loaded = load_as_run(record)
         if loaded.job.app_id != app_id:
             raise ConfigError(f"{record.job_file} now names app {loaded.job.app_id!r}, not {app_id!r}")
-        job = dataclasses.replace(loaded.job, checkpoint_location=record.checkpoint_location)
-        loaded = dataclasses.replace(loaded, job=job)
     else:
         raise ConfigError("name the app: APP or --job FILE")
     sources = job_sources(loaded, fresh=False)
     return AppJob(app_id, loaded, loaded.job.checkpoint_location, with_query_groups(sources, record), record)
+
+
+def load_as_run(record: RunRecord) -> LoadedJob:
+    """The recorded job file loaded with the environment the app ran with (`RunRecord.env`), its checkpoint location
+    and each connector's bootstrap servers as the run recorded them.
+
+    Raises:
+        ConfigError: the job file is gone or no longer valid, or it reads a variable (a secret) this shell lacks.
+    """
+    loaded = load_job(record.job_file, recorded_environment(record.env))
+    job = dataclasses.replace(loaded.job, checkpoint_location=record.checkpoint_location)
+    return dataclasses.replace(
+        loaded,
+        job=job,
+        sources=_as_ran(loaded.sources, record.clusters),
+        sinks=_as_ran(loaded.sinks, record.clusters),
+        tables=_as_ran(loaded.tables, record.clusters),
+    )
+
+
+C = TypeVar("C", KafkaSourceConfig, KafkaSinkConfig, KafkaTableConfig)
+
+
+def _as_ran(configs: Mapping[str, C], clusters: Mapping[str, str]) -> dict[str, C]:
+    return {
+        name: dataclasses.replace(config, bootstrap_servers=clusters[name]) if name in clusters else config
+        for name, config in configs.items()
+    }
+
+
+def reach_clusters(app: AppJob) -> None:
+    """Reach every cluster the app's sources and sinks use, once each, within the job's `connect.timeout.ms`.
+
+    Raises:
+        KafkaConnectionError: a cluster refused (in about a second) or did not answer; the message names it.
+    """
+    timeout_s = app.loaded.job.connect_timeout_ms / 1000
+    seen: set[str] = set()
+    configs: list[KafkaSourceConfig | KafkaSinkConfig] = [*app.sources.values(), *app.loaded.sinks.values()]
+    for config in configs:
+        if config.bootstrap_servers not in seen:
+            seen.add(config.bootstrap_servers)
+            reach(config.bootstrap_servers, config.passthrough, timeout_s)
 
 
 def with_query_groups(

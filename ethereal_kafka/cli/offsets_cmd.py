@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ethereal_kafka.cli.app_job import add_app_arguments, format_table, resolve_app
+from ethereal_kafka.cli.app_job import add_app_arguments, format_table, reach_clusters, resolve_app
 from ethereal_kafka.eos.committed import (
     CommittedOffset,
     PartitionOffsets,
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         KafkaConnectionError: the cluster did not answer after bounded retries.
     """
     app = resolve_app(args)
+    reach_clusters(app)  # a cluster that is not there fails in about a second
     partitions = [row for source in app.sources.values() for row in source_offsets(source)]
     sink = app.sink
     queries = progress_queries(app.app_id, sink.bootstrap_servers, sink.passthrough, app.checkpoint_root)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ethereal_kafka.checkpoint.apps import exclusive_run_lock, read_run_record
 from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
-from ethereal_kafka.cli.app_job import AppJob, add_app_arguments, format_table, resolve_app
+from ethereal_kafka.cli.app_job import AppJob, add_app_arguments, format_table, reach_clusters, resolve_app
 from ethereal_kafka.eos.committed import owner_claim
 from ethereal_kafka.eos.replay import (
     ReplayOutcome,
@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     """
     start = ReplayStart.parse(args.start)
     app = resolve_app(args)
+    reach_clusters(app)  # a cluster that is not there fails in about a second
     plan = plan_replay(app.app_id, app.sources, start)
     print(render_plan(plan))
     if args.into:
@@ -102,8 +103,14 @@ def run(args: argparse.Namespace) -> int:
                 f"app {app.app_id}: its committed offsets moved since the plan was shown; run it again"
             )
         sink = app.sink
+        record = read_run_record(app.app_id)
         outcome = apply_replay(
-            current, app.sources, app.checkpoint_root, sink.bootstrap_servers, sink.passthrough
+            current,
+            app.sources,
+            app.checkpoint_root,
+            sink.bootstrap_servers,
+            sink.passthrough,
+            pool=record.pool if record is not None and record.pool else None,
         )
     print(render_outcome(app.app_id, outcome))
     return 0
@@ -127,6 +134,8 @@ def render_plan(plan: ReplayPlan) -> str:
 def render_outcome(app_id: str, outcome: ReplayOutcome) -> str:
     """What was changed, one line each."""
     lines = ["committed the new offsets (with a replay marker) to the app's consumer group(s)"]
+    if outcome.fenced:
+        lines.insert(0, f"claimed the app and fenced the last run's {outcome.fenced} transactional id(s)")
     if outcome.moved_to is not None:
         lines.append(
             f"moved the old Spark checkpoint aside to {outcome.moved_to} (delete it when no longer needed)"

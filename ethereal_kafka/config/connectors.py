@@ -17,6 +17,21 @@ METADATA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp",
 _START = re.compile(r"^(group-offsets|earliest|latest|timestamp:\d+|[^,:\s]+:\d+:\d+(,[^,:\s]+:\d+:\d+)*)$")
 
 
+#: librdkafka settings the framework sets itself on the clients the exactly-once protocol depends on: passed through
+#: as `kafka.*`, each would weaken a guarantee silently (read uncommitted markers and claims, a transaction timeout
+#: the epoch bounds were not checked against, shared or lost transactional ids, auto-committed offsets, a producer
+#: that is not idempotent). The value says what to set instead.
+PROTOCOL_SETTINGS = {
+    "isolation.level": "the source's isolation.level key (markers and claims are always read read_committed)",
+    "transaction.timeout.ms": "the job's transaction.timeout.ms",
+    "transactional.id": "nothing: transactional ids are derived from app.id, query and task",
+    "enable.idempotence": "nothing: sinks are idempotent and transactional",
+    "acks": "nothing: sinks write with acks=all",
+    "enable.auto.commit": "nothing: offsets are committed with their epochs",
+    "group.id": "the source's group.id key",
+}
+
+
 def _starting_offsets(value: str) -> str | None:
     if _START.match(value):
         return None
@@ -25,7 +40,17 @@ def _starting_offsets(value: str) -> str | None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
 class SerdeSettings(Model):
-    """Key and value formats shared by source and sink (see `ethereal_kafka.serde`)."""
+    """Key and value formats shared by source and sink (see `ethereal_kafka.serde`), and the `kafka.*` pass-through
+    settings of every Kafka connector."""
+
+    def validate(self) -> None:
+        """Refuse `kafka.*` settings the exactly-once protocol sets itself (`PROTOCOL_SETTINGS`)."""
+        for key, instead in PROTOCOL_SETTINGS.items():
+            if key in self.passthrough:
+                raise ConfigError(
+                    f"kafka.{key}: set by ethereal-kafka itself (a pass-through value would weaken exactly-once); "
+                    f"use {instead}"
+                )
 
     key_format: str = setting("bytes", key="key.format", doc="key format", choices=FORMATS)
     value_format: str = setting("bytes", key="value.format", doc="value format", choices=FORMATS)
@@ -172,7 +197,9 @@ class KafkaSourceConfig(SerdeSettings):
         return topic in self.topics
 
     def validate(self) -> None:
-        """Exactly one of `topics` / `topic.pattern`; a dead-letter topic with policy dlq."""
+        """Exactly one of `topics` / `topic.pattern`; a dead-letter topic with policy dlq; no protocol-owned
+        `kafka.*` setting."""
+        super().validate()
         if bool(self.topics) == bool(self.topic_pattern):
             raise ConfigError("kafka source: set exactly one of topics or topic.pattern")
         if self.topic_pattern is not None:

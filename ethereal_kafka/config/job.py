@@ -132,14 +132,14 @@ class JobConfig(Model):
         "auto",
         key="progress",
         choices=("auto", "tty", "log", "off"),
-        doc="console progress line on stderr: refreshed in place (tty), one line per interval (log), auto = tty "
-        "when stderr is a terminal, else log",
+        doc="console progress line on stderr: refreshed in place (tty), a line when it changes and a heartbeat a "
+        "minute while idle (log), auto = tty when stderr is a terminal, else log",
     )
     progress_interval_ms: int = setting(
         10000,
         key="progress.interval.ms",
         check=positive,
-        doc="how often the log-mode progress line is printed",
+        doc="how often the log-mode progress line is made (and printed when it changed)",
     )
     state_backend: str = setting(
         "rocksdb",

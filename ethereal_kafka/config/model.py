@@ -13,7 +13,7 @@ import enum
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 from ethereal_kafka.errors import ConfigError
@@ -31,6 +31,23 @@ def is_secret(key: str) -> bool:
 def mask_mapping(values: Mapping[str, object]) -> dict[str, object]:
     """Return a copy of `values` with every secret value replaced by a mask."""
     return {k: (MASK if is_secret(k) else v) for k, v in values.items()}
+
+
+#: The most candidates a did-you-mean names.
+MAX_SUGGESTIONS = 3
+
+
+def close_matches(word: str, candidates: Iterable[str], cutoff: float = 0.75) -> list[str]:
+    """The candidates closest to `word` (a misspelt key), best first, at most `MAX_SUGGESTIONS`."""
+    return difflib.get_close_matches(word, sorted(set(candidates)), n=MAX_SUGGESTIONS, cutoff=cutoff)
+
+
+def did_you_mean(matches: Sequence[str]) -> str:
+    """` (did you mean a?)`, ` (did you mean a or b?)`, ` (did you mean a, b or c?)`; empty without matches."""
+    if not matches:
+        return ""
+    head = ", ".join(matches[:-1])
+    return f" (did you mean {f'{head} or ' if head else ''}{matches[-1]}?)"
 
 
 def setting(
@@ -132,23 +149,27 @@ class Model:
         return keys
 
     @classmethod
-    def suggest(cls, key: str) -> str:
-        """`key`, followed by `(did you mean X?)` when a known key is close to it (a typo such as `topcs`)."""
+    def close_keys(cls, key: str) -> list[str]:
+        """The known keys closest to `key` (a typo such as `topcs`), best first, at most `MAX_SUGGESTIONS`."""
         candidates = list(cls.settings())
         head, dot, rest = key.partition(".")
         prefix = cls.PASSTHROUGH_PREFIX
         if prefix and dot and rest and difflib.get_close_matches(head + dot, [prefix], cutoff=0.7):
             candidates.append(prefix + rest)  # `kafak.linger.ms`: the pass-through prefix misspelt
-        close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
-        return f"{key} (did you mean {close[0]}?)" if close else key
+        return close_matches(key, candidates)
+
+    @classmethod
+    def suggest(cls, key: str) -> str:
+        """`key`, followed by `(did you mean X?)` naming the closest known keys (at most `MAX_SUGGESTIONS`), if any."""
+        return key + did_you_mean(cls.close_keys(key))
 
     @classmethod
     def from_properties(cls, values: Mapping[str, object], source: str = "") -> Self:
         """Build a validated, frozen instance from string (or already typed) values.
 
         Raises:
-            ConfigError: an unknown key (the message suggests the closest known key and lists them all), a missing required key, a value of the
-                wrong type or outside its choices.
+            ConfigError: an unknown key (the message names the closest known keys, or lists them all when none is
+                close), a missing required key, a value of the wrong type or outside its choices.
         """
         where = f"{source}: " if source else ""
         declared = cls.settings()
@@ -168,9 +189,12 @@ class Model:
             else:
                 unknown.append(key)
         if unknown:
+            # A did-you-mean names the best few keys; only a key without one gets the whole list.
+            listed = ", ".join(cls.suggest(k) for k in sorted(unknown))
+            if all(cls.close_keys(k) for k in unknown):
+                raise ConfigError(f"{where}unknown {cls.SECTION} key(s) {listed}")
             raise ConfigError(
-                f"{where}unknown {cls.SECTION} key(s) {', '.join(cls.suggest(k) for k in sorted(unknown))}; "
-                f"known keys: {', '.join(cls.known_keys())}"
+                f"{where}unknown {cls.SECTION} key(s) {listed}; known keys: {', '.join(cls.known_keys())}"
             )
         missing = [
             key

@@ -123,6 +123,29 @@ def parse_properties(
     return result
 
 
+def referenced_variables(text: str, source: str = "<string>") -> dict[str, list[str]]:
+    """Per key of `.properties` text, the environment variables its value reads (`${NAME}`, `${NAME:-default}`;
+    a literal `$${` reads none), in order; keys that read none are left out. Nothing is interpolated, so an unset
+    variable is no error here.
+
+    Raises:
+        ConfigError: a malformed escape or an empty key (as `parse_properties`).
+    """
+    found: dict[str, list[str]] = {}
+    for number, line in _logical_lines(text):
+        where = f"{source}:{number}"
+        raw_key, raw_value = _split(line)
+        key = _unescape(raw_key, where).strip()
+        if not key:
+            raise ConfigError(f"{where}: empty key")
+        names = [m.group(2) for m in _ENV.finditer(_unescape(raw_value, where)) if not m.group(1)]
+        if names:
+            found[key] = names
+        else:
+            found.pop(key, None)  # a later duplicate wins, as in `parse_properties`
+    return found
+
+
 def load_properties(path: str | Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Read and parse one `.properties` file.
 

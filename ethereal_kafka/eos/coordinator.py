@@ -35,16 +35,18 @@ from ethereal_kafka.connectors.kafka.sink import check_same_cluster
 from ethereal_kafka.eos.dead_letters import DeadLetterCollector
 from ethereal_kafka.eos.errors import FencedError
 from ethereal_kafka.eos.gate import EpochGate
-from ethereal_kafka.eos.layout import WriteLayout, check_or_record_layout
+from ethereal_kafka.eos.layout import WriteLayout, check_or_record_layout, read_layout
 from ethereal_kafka.eos.markers import EpochMarker, OwnerClaim
 from ethereal_kafka.eos.names import phase_two_id
-from ethereal_kafka.eos.ownership import describe, read_claim, write_claim
+from ethereal_kafka.eos.ownership import ClaimWriter, describe, read_claim
 from ethereal_kafka.eos.phase_two import PhaseTwo, marker_committed
 from ethereal_kafka.eos.startup import (
+    QueryMarkers,
     check_log_against_kafka,
     check_transaction_timeout,
     ensure_progress_topic,
     fence_pool,
+    half_committed_epoch,
     refuse_lost_state,
     transactional_pool,
 )
@@ -65,6 +67,8 @@ class CheckpointCoordinator:
         sources, sinks: The job's connectors as they run, by name.
         history: Where epoch outcomes are recorded (None: nowhere).
         owner: The claim this instance commits at start (`eos.ownership`); its id marks the instance's epochs.
+        claims: The writer of this instance's claim (the instance guard's, whose heartbeat refreshes it); by
+            default one for `owner`.
     """
 
     def __init__(
@@ -74,12 +78,21 @@ class CheckpointCoordinator:
         sinks: Mapping[str, KafkaSinkConfig],
         history: HistoryLog | None = None,
         owner: OwnerClaim | None = None,
+        claims: ClaimWriter | None = None,
     ) -> None:
         self.job = job
         self.sources = dict(sources)
         self.sinks = dict(sinks)
-        self.owner = owner or OwnerClaim(uuid.uuid4().hex[:16])
-        self.instance_id = self.owner.instance_id
+        first = next(iter(self.sinks.values()))
+        self.bootstrap = first.bootstrap_servers
+        self.passthrough = first.passthrough
+        self._own_claims = (
+            claims is None
+        )  # else the instance guard lets its writer go, after releasing the claim
+        self.claims = claims or ClaimWriter(
+            job.app_id, self.bootstrap, self.passthrough, owner or OwnerClaim(uuid.uuid4().hex[:16])
+        )
+        self.instance_id = self.claims.claim.instance_id
         self.queries: dict[str, Query] = {}
         self.history = history
         #: Asked `(query, record, the sink tasks' summary rows)` before each epoch outcome is recorded; each returns
@@ -89,9 +102,6 @@ class CheckpointCoordinator:
         self.epoch_listeners: list[Callable[[str, EpochRecord, list[Any]], None]] = []
         #: Every writer's epochs pass through it; the runner closes it to stop between epochs.
         self.gate = EpochGate()
-        first = next(iter(self.sinks.values()))
-        self.bootstrap = first.bootstrap_servers
-        self.passthrough = first.passthrough
         self.phase_two = PhaseTwo(job.transaction_timeout_ms, self.check_owner)
         self.dead_letters = DeadLetterCollector(())
         self._partitions: dict[str, int | None] = {}
@@ -125,15 +135,7 @@ class CheckpointCoordinator:
         for name, query in self.queries.items():
             if query.stateful and not replaying and not has_progress(self.location(name)):
                 refuse_lost_state(self.app_id, self.location(name), self.query_sources(name))
-            check_log_against_kafka(
-                self.app_id,
-                query,
-                self.location(name),
-                self.query_sources(name),
-                self.job.sink_tasks,
-                self.bootstrap,
-                self.passthrough,
-            )
+            check_log_against_kafka(self._markers(query))
         if exactly_once:
             check_transaction_timeout(
                 self.job.transaction_timeout_ms,
@@ -144,7 +146,7 @@ class CheckpointCoordinator:
             )
             self._check_layouts()
         ensure_progress_topic(self.app_id, self.job.sink_tasks, self.bootstrap, self.passthrough)
-        write_claim(self.app_id, self.bootstrap, self.passthrough, self.owner)
+        self.claims.commit()
         if exactly_once:
             pool = transactional_pool(
                 self.app_id, list(self.queries.values()), self.job.sink_tasks, self.query_sources
@@ -158,17 +160,35 @@ class CheckpointCoordinator:
         )
 
     def _check_layouts(self) -> None:
-        """Record each shuffling query's write layout at its first start; refuse a start with another one
-        (`eos.layout`). Raises ConfigError."""
+        """Record each query's write layout at its first start; refuse a start whose shuffling layout changed, or
+        that switches layouts while an epoch is half committed (`eos.layout`). Raises ConfigError."""
         if "://" in self.job.checkpoint_location:
             return
         for name, query in self.queries.items():
-            if query.layout != Layout.SHUFFLING:
-                continue
-            current = WriteLayout(
-                self.job.sink_tasks, {s.name: self.output_partitions(s.name) for s in query.sinks}
-            )
-            check_or_record_layout(name, self.location(name), current)
+            location = self.location(name)
+            if query.layout == Layout.SHUFFLING:
+                partitions = {s.name: self.output_partitions(s.name) for s in query.sinks}
+                current = WriteLayout(self.job.sink_tasks, partitions, query.layout)
+            else:
+                current = WriteLayout(0, {}, query.layout)
+            recorded = read_layout(location)
+            in_flight = None
+            if recorded is not None and recorded.layout != query.layout:
+                old = dataclasses.replace(query, layout=Layout(recorded.layout))
+                in_flight = half_committed_epoch(self._markers(old, recorded.sink_tasks))
+            check_or_record_layout(name, location, current, in_flight)
+
+    def _markers(self, query: Query, sink_tasks: int = 0) -> QueryMarkers:
+        """Where `query`'s markers live (`sink_tasks`: its progress partitions, when other than the job's)."""
+        return QueryMarkers(
+            self.app_id,
+            query,
+            self.location(query.name),
+            tuple(self.query_sources(query.name)),
+            sink_tasks or self.job.sink_tasks,
+            self.bootstrap,
+            self.passthrough,
+        )
 
     def query_sources(self, query: str) -> list[KafkaSourceConfig]:
         """The sources `query` reads (its own configs when it has them, else every source of the job)."""
@@ -176,9 +196,15 @@ class CheckpointCoordinator:
         return list(found.sources) if found is not None and found.sources else list(self.sources.values())
 
     def check_owner(self) -> None:
-        """Raise FencedError when the claim names another instance than this one."""
+        """Raise FencedError when the claim names another instance than this one, or is gone (the progress topic
+        deleted): this instance claimed the app in `prepare`, so a missing claim is never "nobody else"."""
         found = read_claim(self.app_id, self.bootstrap, self.passthrough)
-        if found is not None and found[0].instance_id != self.instance_id:
+        if found is None:
+            raise FencedError(
+                f"app {self.app_id}: the owner claim is gone (was the progress topic deleted?); this instance "
+                f"({self.instance_id}) stops rather than write unclaimed"
+            )
+        if found[0].instance_id != self.instance_id:
             raise FencedError(
                 f"app {self.app_id}: another instance ({describe(*found)}) took over; this one "
                 f"({self.instance_id}) stops"
@@ -186,10 +212,19 @@ class CheckpointCoordinator:
 
     def pool(self) -> list[str]:
         """Every transactional id this job may use: its sink tasks' and its phase-two commits'."""
+        return [txn_id for ids in self.pool_by_cluster().values() for txn_id in ids]
+
+    def pool_by_cluster(self) -> dict[str, list[str]]:
+        """The pool by the bootstrap servers of the cluster each id lives on (`replay` fences it)."""
         pool = transactional_pool(
             self.app_id, list(self.queries.values()), self.job.sink_tasks, self.query_sources
         )
-        return [txn_id for txn_id, _ in pool]
+        out: dict[str, list[str]] = {}
+        for txn_id, source in pool:
+            out.setdefault(source.bootstrap_servers if source is not None else self.bootstrap, []).append(
+                txn_id
+            )
+        return out
 
     def output_partitions(self, sink: str) -> int | None:
         """Partition count of `sink`'s fixed topic (None when rows name their topic), looked up once."""
@@ -211,6 +246,8 @@ class CheckpointCoordinator:
             self.history.close()
         self.dead_letters.close()
         self.phase_two.close()
+        if self._own_claims:
+            self.claims.close()
 
     # -- epochs --------------------------------------------------------------------------------------------------
     def commit_source_offsets(

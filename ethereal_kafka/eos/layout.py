@@ -1,5 +1,5 @@
-"""The write layout of a shuffling query, fixed for its checkpoint's life: its sink tasks and its output topics'
-partition counts.
+"""The write layout of a query, fixed for its checkpoint's life: partition-preserving or shuffling, and for a
+shuffling query its sink tasks and its output topics' partition counts.
 
 A shuffling query hashes every row to one of `sink.tasks` tasks (and, for a fixed output topic, to one of its
 partitions), and each task's epoch marker says which epochs that task committed. Change either number and a
@@ -24,11 +24,13 @@ RESCALE_DOC = "docs/operations.md#rescaling-a-job"
 
 @dataclass(frozen=True)
 class WriteLayout:
-    """How a shuffling query spreads its rows: its sink tasks, and per sink its fixed topic's partition count
-    (None: rows name their topic)."""
+    """How a query writes: its layout (`plan.query.Layout`; a file written before it was recorded is a shuffling
+    query's), and for a shuffling query its sink tasks and per sink its fixed topic's partition count (None: rows
+    name their topic)."""
 
     sink_tasks: int
     partitions: Mapping[str, int | None] = field(default_factory=dict)
+    layout: str = "shuffling"
 
 
 def layout_file(query_checkpoint: str | Path) -> Path:
@@ -42,14 +44,17 @@ def read_layout(query_checkpoint: str | Path) -> WriteLayout | None:
         raw = json.loads(layout_file(query_checkpoint).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return WriteLayout(int(raw["sink_tasks"]), {str(k): v for k, v in raw.get("partitions", {}).items()})
+    partitions = {str(k): v for k, v in raw.get("partitions", {}).items()}
+    return WriteLayout(int(raw["sink_tasks"]), partitions, str(raw.get("layout", "shuffling")))
 
 
 def record_layout(query_checkpoint: str | Path, layout: WriteLayout) -> None:
     """Record `layout` for the query (atomically)."""
     write_durably(
         layout_file(query_checkpoint),
-        json.dumps({"sink_tasks": layout.sink_tasks, "partitions": dict(layout.partitions)}),
+        json.dumps(
+            {"layout": layout.layout, "sink_tasks": layout.sink_tasks, "partitions": dict(layout.partitions)}
+        ),
     )
 
 
@@ -75,14 +80,32 @@ def check_layout(query: str, recorded: WriteLayout, current: WriteLayout) -> Non
         )
 
 
-def check_or_record_layout(query: str, query_checkpoint: str | Path, current: WriteLayout) -> None:
-    """Record `current` as the query's layout at its first start; afterwards refuse a start with another one.
+def check_or_record_layout(
+    query: str, query_checkpoint: str | Path, current: WriteLayout, epoch_in_flight: int | None
+) -> None:
+    """Record `current` as the query's layout at its first start; afterwards refuse a start whose shuffling layout
+    changed (see `check_layout`), and a switch between partition-preserving and shuffling while an epoch is half
+    committed: its committed tasks wrote their markers where the old layout keeps them, so the new layout's tasks
+    would not find them and would write the epoch again. A switch between epochs is recorded.
+
+    Args:
+        epoch_in_flight: An epoch Spark logged but did not commit, of which Kafka already holds markers under the
+            recorded layout (None: there is none).
 
     Raises:
-        ConfigError: the layout differs from the recorded one (see `check_layout`).
+        ConfigError: one line naming the change.
     """
     recorded = read_layout(query_checkpoint)
+    if recorded is not None and recorded.layout != current.layout:
+        if epoch_in_flight is not None:
+            raise ConfigError(
+                f"query {query}: its layout changed {recorded.layout} -> {current.layout} while epoch "
+                f"{epoch_in_flight} is half committed (some of its sink tasks committed under the old layout, whose "
+                "markers the new one does not read, so it would be written twice); run the previous version until "
+                "the epoch commits (stop it gracefully), then switch"
+            )
+        recorded = None
     if recorded is None:
         record_layout(query_checkpoint, current)
-    else:
+    elif current.layout == "shuffling":
         check_layout(query, recorded, current)

@@ -130,8 +130,10 @@ class OwnerClaim:
     Attributes:
         instance_id: The owning instance (its sink tasks and epochs check that it is still theirs).
         host, pid, since_ms: Where and since when it runs (for the one-line refusal of a second start).
-        takeover: The instance asking the owner to stop and hand over (`run --takeover`), if any.
+        takeover: The instance the owner handed over to (`run --takeover`), in its released claim.
         released: The owner stopped and let the app go; the next start needs no takeover.
+        generation: Grows by one with every instance that claims the app (0: a claim written before claims had
+            one). Only a newer claimant can write the claim: each fences the writers before it (`ClaimWriter`).
     """
 
     instance_id: str
@@ -140,16 +142,24 @@ class OwnerClaim:
     since_ms: int = 0
     takeover: str | None = None
     released: bool = False
+    generation: int = 0
 
     def render(self) -> str:
         """The metadata string stored with the offset."""
         import json
 
-        body = {"id": self.instance_id, "host": self.host, "pid": self.pid, "since": self.since_ms}
+        body: dict[str, object] = {
+            "id": self.instance_id,
+            "host": self.host,
+            "pid": self.pid,
+            "since": self.since_ms,
+        }
         if self.takeover:
             body["takeover"] = self.takeover
         if self.released:
             body["released"] = True
+        if self.generation:
+            body["gen"] = self.generation
         return CLAIM_PREFIX + json.dumps(body, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -170,6 +180,7 @@ class OwnerClaim:
                 int(body.get("since", 0)),
                 body.get("takeover") or None,
                 bool(body.get("released", False)),
+                int(body.get("gen", 0)),
             )
         except (ValueError, KeyError, TypeError):
             return None

@@ -35,13 +35,18 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ethereal_kafka import faults
-from ethereal_kafka.connectors.kafka.clients import bounded_call, group_consumer, transactional_producer
+from ethereal_kafka.connectors.kafka.clients import (
+    FENCED_CODES,
+    bounded_call,
+    group_consumer,
+    transactional_producer,
+)
 from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN, OutRecord, encode_outputs
-from ethereal_kafka.connectors.kafka.sink import send_records
+from ethereal_kafka.connectors.kafka.sink import TOO_LARGE_CODES, send_records, too_large
 from ethereal_kafka.connectors.kafka.stall import send_offsets
 from ethereal_kafka.eos.committed import read_marker
 from ethereal_kafka.eos.dead_letters import forget, take
@@ -70,8 +75,6 @@ RETRY_DEADLINE_S = 60.0
 #: its input, and a failure after that fails the task (Spark replays the epoch from its logged offsets).
 RETAIN_BYTES = 256 * 1024 * 1024
 
-#: Another holder of the transactional id (a newer attempt of this task) fenced this one's producer.
-FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 _FATAL_CODES = FENCED_CODES | {KafkaError.INVALID_TXN_STATE, KafkaError._STATE, KafkaError._TIMED_OUT}
 
 
@@ -190,6 +193,8 @@ class TransactionalTask:
         self.records = 0
         self.dead_lettered = 0
         self._producer: Producer | None = None
+        self._too_large: list[tuple[str, bytes | None, bytes | None, str]] = []
+        self._began = time.monotonic()  # when the current transaction began
 
     def commit(self, batches: Iterable[pa.RecordBatch]) -> bool:
         """Commit the records of `batches` with the marker; returns False when the epoch was committed before
@@ -225,9 +230,17 @@ class TransactionalTask:
                 except KafkaException as exc:
                     last = exc
                     error = exc.args[0] if exc.args else None
-                    if error is not None and error.code() in FENCED_CODES:
-                        # A newer attempt of this task holds the id: it writes the epoch, this one never fences it
-                        # back (two live attempts would fence each other until both gave up).
+                    if self._producer is not None:
+                        with contextlib.suppress(KafkaException):
+                            self._producer.poll(0)  # serves the delivery reports the commit left unserved
+                    if self._too_large:
+                        topic, key, value, cause = self._too_large[0]
+                        raise too_large(topic, key, value, self._where(), cause) from exc
+                    if error is not None and error.code() in FENCED_CODES and not self._outlived_timeout():
+                        # A newer attempt of this task holds the id (the broker's own abort of a transaction that
+                        # outlived its timeout bumps the epoch too, but only once the timeout passed): it writes
+                        # the epoch, and this one never fences it back (two live attempts would fence each other
+                        # until both gave up).
                         self._await_newer_attempt(exc)
                         source.drain()
                         self._forget()
@@ -282,6 +295,11 @@ class TransactionalTask:
             write.app_id, write.checkpoint_id, write.epoch, write.ranges, where
         )
 
+    def _outlived_timeout(self) -> bool:
+        """True when this attempt's transaction has been open for the transaction timeout: then the broker may have
+        aborted it (and fenced the producer) itself, and fencing again is the way on."""
+        return time.monotonic() - self._began >= self.write.transaction_timeout_ms / 1000
+
     def _await_newer_attempt(self, cause: KafkaException) -> None:
         """This attempt's producer was fenced: unless another instance took the app over (`FencedError`), a newer
         attempt of this task holds the id and writes the epoch. Wait (up to the transaction timeout, after which
@@ -311,7 +329,7 @@ class TransactionalTask:
         consumer = group_consumer(sink.bootstrap_servers, owner_group(self.write.app_id), sink.passthrough)
         claim = [TopicPartition(progress_topic(self.write.app_id), 0)]
         found = _retry(lambda: _committed_or_raise(consumer, claim), _retriable_read, READ_ATTEMPTS)
-        owner = OwnerClaim.parse(found[0].metadata) if found else None
+        owner = OwnerClaim.parse(found[0].metadata) if found and found[0].offset >= 0 else None
         if owner is None:
             raise FencedError(
                 f"app {self.write.app_id}: the owner claim (group {owner_group(self.write.app_id)}) is gone or "
@@ -331,10 +349,15 @@ class TransactionalTask:
         producer = self._producer
         assert producer is not None
         producer.begin_transaction()
+        self._began = time.monotonic()
         self._trace(faults.OPEN)
-        # A failed delivery fails the commit (an abortable error), so no delivery callback is needed.
-        self.records = send_records(producer, encode_outputs(self.write.outputs, batches), None)
-        self.dead_lettered = send_records(producer, self._dead_letters(), None)
+        # A failed delivery fails the commit (an abortable error); the callback only keeps the deliveries the broker
+        # refused for their size, which no retry can fix (`_refused_for_size`).
+        where = self._where()
+        self.records = send_records(
+            producer, encode_outputs(self.write.outputs, batches), self._on_delivery, where
+        )
+        self.dead_lettered = send_records(producer, self._dead_letters(), self._on_delivery, where)
         if attempt == 0:
             faults.hook("in_transaction", self.index)
             faults.fail_before_commit(self.index)
@@ -355,6 +378,19 @@ class TransactionalTask:
         self._trace(faults.DONE)
         if attempt == 0:
             faults.after_commit("phase_one")
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        """Keep the deliveries the broker refused for their size (served while the commit flushes)."""
+        if error is not None and error.code() in TOO_LARGE_CODES:
+            self._too_large.append((message.topic() or "?", message.key(), message.value(), error.str()))
+
+    def _where(self) -> str:
+        """The sink task and its input, as errors name them."""
+        slot, write = self.slot, self.write
+        task = f"sink {write.query}, epoch {write.epoch}, task {self.index} ({self.txn_id}"
+        if slot.start_offset >= 0:
+            return f"{task}; input {slot.marker_topic}[{slot.marker_partition}] offsets {slot.start_offset}..{slot.marker_offset})"
+        return f"{task})"
 
     def _dead_letters(self) -> Iterator[OutRecord]:
         """The dead letters the read of this task's range left (partition-preserving, `on.error=dlq`): committed in
@@ -405,12 +441,13 @@ class TransactionalTask:
 
 
 def _committed_or_raise(consumer: Any, tps: list[TopicPartition]) -> list[TopicPartition]:
-    """`consumer.committed(tps)`, raising a partition's error instead of returning it."""
+    """`consumer.committed(tps)`, raising a partition's error instead of returning it (a partition of a topic that
+    does not exist has nothing committed: it comes back with no offset)."""
     found: list[TopicPartition] = consumer.committed(tps, timeout=30)
     for tp in found:
-        if tp.error is not None:
+        if tp.error is not None and tp.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise KafkaException(tp.error)
-    return found
+    return [TopicPartition(tp.topic, tp.partition) if tp.error is not None else tp for tp in found]
 
 
 def write_task(write: EpochWrite, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

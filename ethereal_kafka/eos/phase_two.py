@@ -28,7 +28,12 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from ethereal_kafka import faults
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.connectors.kafka.clients import bounded_call, transactional_producer, with_retries
+from ethereal_kafka.connectors.kafka.clients import (
+    FENCED_CODES,
+    bounded_call,
+    transactional_producer,
+    with_retries,
+)
 from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter
 from ethereal_kafka.connectors.kafka.encoding import OutRecord
 from ethereal_kafka.connectors.kafka.sink import send_records
@@ -39,8 +44,6 @@ from ethereal_kafka.eos.markers import EpochMarker
 
 log = logging.getLogger(__name__)
 
-#: Errors that mean another instance fenced this one's producer.
-_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 #: Client errors after which a phase-two producer is replaced before its next transaction (see the module
 #: docstring).
 _CONNECTION_LOST_CODES = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
@@ -169,7 +172,7 @@ class PhaseTwo:
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 unusable = (
-                    error is None or error.fatal() or error.code() in _FENCED_CODES | {KafkaError._TIMED_OUT}
+                    error is None or error.fatal() or error.code() in FENCED_CODES | {KafkaError._TIMED_OUT}
                 )
                 if not unusable:
                     try:

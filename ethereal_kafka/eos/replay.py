@@ -5,12 +5,16 @@ A replay is planned (`plan_replay`: one `PartitionReset` per input partition, no
 then applied (`apply_replay`) while the caller holds the app's run lock exclusively (`apps.exclusive_run_lock`)
 and has checked the owner claim (`check_stopped`). Applying does, in this order:
 
+0. claim the app for the replay (a `ClaimWriter`: any earlier claimant, a zombie of the last run among them, can no
+   longer write the claim) and fence the run's transactional id pool as the run record names it (no zombie task or
+   phase two of the last run commits after the reset);
 1. move the checkpoint root aside (`<root>` → `<root>.before-replay-<UTC time>`: one atomic rename that takes every
    query's Spark checkpoint and the sources' pinned initial offsets with it; nothing is deleted);
 2. write the *replay intent* `<root>/ethereal-replay.json`: the new start positions per source;
 3. commit the new positions to each source's consumer group with a `ReplayMarker` as metadata, replacing the epoch
    markers of the old checkpoint on every input partition;
-4. delete the progress groups of the app's shuffling queries (their markers name the old checkpoint).
+4. delete the progress groups of the app's shuffling queries (their markers name the old checkpoint);
+5. release the replay's claim, so the next run starts without a takeover.
 
 How the next run learns about it: the runner reads the intent (`take_replay_intent`) while the checkpoint is fresh,
 starts each source from its positions, and tells the coordinator it is replaying, so a stateful job starts instead of
@@ -30,7 +34,8 @@ import os
 import re
 import socket
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,13 +44,19 @@ from confluent_kafka import KafkaError, TopicPartition
 from ethereal_kafka.checkpoint.apps import RunRecord, local_path
 from ethereal_kafka.checkpoint.errors import AppRunningError, ReplayError
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.connectors.kafka.clients import admin_client, group_consumer, with_retries
+from ethereal_kafka.connectors.kafka.clients import (
+    admin_client,
+    cluster_metadata,
+    group_consumer,
+    transactional_producer,
+    with_retries,
+)
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
 from ethereal_kafka.eos.committed import CommittedOffset, progress_queries, source_offsets
 from ethereal_kafka.eos.errors import RecoveryError
 from ethereal_kafka.eos.markers import OwnerClaim, ReplayMarker
-from ethereal_kafka.eos.names import progress_group
-from ethereal_kafka.eos.ownership import LEASE_S
+from ethereal_kafka.eos.names import progress_group, progress_topic
+from ethereal_kafka.eos.ownership import LEASE_S, ClaimWriter
 
 log = logging.getLogger(__name__)
 
@@ -250,12 +261,14 @@ class ReplayOutcome:
         intent: The replay intent the next run reads.
         deleted_groups: Progress groups deleted.
         warnings: Steps that did not fully succeed but leave the replay safe (one line each).
+        fenced: The last run's transactional ids fenced.
     """
 
     moved_to: Path | None
     intent: Path
     deleted_groups: tuple[str, ...]
     warnings: tuple[str, ...]
+    fenced: int = 0
 
 
 def has_checkpoint(root: Path) -> bool:
@@ -282,6 +295,7 @@ def apply_replay(
     bootstrap: str,
     passthrough: Mapping[str, str],
     now_ms: int | None = None,
+    pool: Mapping[str, Sequence[str]] | None = None,
 ) -> ReplayOutcome:
     """Apply `plan` (see the module docstring for the steps and their order). The caller holds the app's run lock
     exclusively and has called `check_stopped`.
@@ -289,6 +303,7 @@ def apply_replay(
     Args:
         sources: The job's sources as it runs them (groups defaulted to the app id).
         bootstrap, passthrough: The cluster holding the app's progress topic and groups (the sinks' cluster).
+        pool: The last run's transactional ids per cluster (its run record's); None: unknown, a warning says so.
 
     Raises:
         ReplayError: the checkpoint root is not a local folder, or is a file.
@@ -299,6 +314,62 @@ def apply_replay(
     root = checkpoint_dir(checkpoint_root)
     if root.exists() and not root.is_dir():
         raise ReplayError(f"checkpoint.location {root} is a file, not a folder")
+    claimant = OwnerClaim(f"replay-{uuid.uuid4().hex[:8]}", socket.gethostname(), os.getpid(), now)
+    claims = ClaimWriter(plan.app_id, bootstrap, passthrough, claimant)
+    # Without the progress topic the app was never claimed (the claim lives there): nothing to take over.
+    claimed = (
+        progress_topic(plan.app_id)
+        in cluster_metadata(admin_client(bootstrap, passthrough), bootstrap).topics
+    )
+    try:
+        if claimed:
+            claims.commit()
+        fenced = _fence(pool or {}, passthrough)
+        outcome = _apply(plan, sources, root, bootstrap, passthrough, now)
+        if claimed:
+            claims.release()
+    finally:
+        claims.close()
+    warnings = (
+        () if pool else ("the last run's transactional ids are not known here (no run record): not fenced",)
+    )
+    return dataclasses.replace(outcome, fenced=fenced, warnings=outcome.warnings + warnings)
+
+
+def _fence(pool: Mapping[str, Sequence[str]], passthrough: Mapping[str, str]) -> int:
+    """`init_transactions` over every id of `pool` (per cluster), in parallel: a zombie holder is fenced and its
+    open transaction aborted. Returns the number of ids fenced."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    entries = [(cluster, txn_id) for cluster, ids in pool.items() for txn_id in ids]
+
+    def fence(entry: tuple[str, str]) -> None:
+        cluster, txn_id = entry
+        producer = with_retries(
+            f"fencing {txn_id}",
+            cluster,
+            lambda: transactional_producer(txn_id, cluster, REPLAY_TRANSACTION_TIMEOUT_MS, passthrough),
+        )
+        producer.flush(0)
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(entries)))) as workers:
+        list(workers.map(fence, entries))
+    return len(entries)
+
+
+#: The transaction timeout of the producers a replay fences the pool with (they open no transaction).
+REPLAY_TRANSACTION_TIMEOUT_MS = 60_000
+
+
+def _apply(
+    plan: ReplayPlan,
+    sources: Mapping[str, KafkaSourceConfig],
+    root: Path,
+    bootstrap: str,
+    passthrough: Mapping[str, str],
+    now: int,
+) -> ReplayOutcome:
+    """Steps 1-4 of the module docstring."""
     queries = progress_queries(plan.app_id, bootstrap, passthrough, str(root))
     moved = None
     if has_checkpoint(root):

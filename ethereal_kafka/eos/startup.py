@@ -13,11 +13,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource, NewTopic
 
-from ethereal_kafka.checkpoint.spark_log import CheckpointLogError, checkpoint_id, has_progress, logged_epochs
+from ethereal_kafka.checkpoint.spark_log import (
+    CheckpointLogError,
+    checkpoint_id,
+    has_progress,
+    logged_epochs,
+    uncommitted_epoch,
+)
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, with_retries
 from ethereal_kafka.connectors.kafka.epoch_bounds import check_bounds_fit
@@ -60,16 +67,47 @@ def refuse_lost_state(app_id: str, location: str, sources: Iterable[KafkaSourceC
                 )
 
 
-def check_log_against_kafka(
-    app_id: str,
-    query: Query,
-    location: str,
-    sources: Sequence[KafkaSourceConfig],
-    sink_tasks: int,
-    bootstrap: str,
-    passthrough: Mapping[str, str],
-) -> None:
-    """Compare the epoch markers Kafka holds for `query`'s Spark checkpoint with the checkpoint's offset log: every
+@dataclass(frozen=True)
+class QueryMarkers:
+    """Where one query's epoch markers live in Kafka, and its Spark checkpoint.
+
+    Attributes:
+        location: The query's Spark checkpoint folder.
+        sources: The sources it reads (their groups hold its offsets' markers).
+        sink_tasks: Its progress partitions (shuffling).
+        bootstrap, passthrough: The cluster of the progress topic (the sinks').
+    """
+
+    app_id: str
+    query: Query
+    location: str
+    sources: tuple[KafkaSourceConfig, ...]
+    sink_tasks: int
+    bootstrap: str
+    passthrough: Mapping[str, str]
+
+    def read(self) -> Iterator[tuple[str, EpochMarker]]:
+        """Every epoch marker Kafka holds for the query: on its sources' groups, and (shuffling) on its progress
+        group; each with where it was read."""
+        for source in self.sources:
+            resolver = PositionResolver(source)
+            try:
+                tps = resolver.topic_partitions()
+            finally:
+                resolver.close()
+            for offset in committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps):
+                if offset.marker is not None:
+                    yield f"group {source.group}, {offset.topic}[{offset.partition}]", offset.marker
+        if self.query.layout == Layout.SHUFFLING:
+            group, topic = progress_group(self.app_id, self.query.name), progress_topic(self.app_id)
+            parts = [(topic, p) for p in range(self.sink_tasks)]
+            for offset in committed_offsets(self.bootstrap, group, self.passthrough, parts):
+                if offset.marker is not None:
+                    yield f"group {group}, {offset.topic}[{offset.partition}]", offset.marker
+
+
+def check_log_against_kafka(scope: QueryMarkers) -> None:
+    """Compare the epoch markers Kafka holds for a query's Spark checkpoint with the checkpoint's offset log: every
     marker of this checkpoint must name an epoch the log still has, over the input ranges the log gives it.
 
     A checkpoint restored from a backup, a deleted `offsets/N`, or a host crash that lost unsynced checkpoint files
@@ -80,6 +118,7 @@ def check_log_against_kafka(
     Raises:
         CheckpointMismatchError: one line naming the query, the group and partition, the epochs and the way out.
     """
+    location, app_id, name = scope.location, scope.app_id, scope.query.name
     if "://" in location or not has_progress(location):
         return
     try:
@@ -88,12 +127,12 @@ def check_log_against_kafka(
         return
     logged = logged_epochs(location)
     last = logged[-1]
-    for where, marker in _markers(app_id, query, sources, sink_tasks, bootstrap, passthrough):
+    for where, marker in scope.read():
         if not marker.of(app_id, checkpoint):
             continue
         if marker.epoch > last:
             raise CheckpointMismatchError(
-                f"query {query.name}: Spark's checkpoint {location} is behind Kafka: its offset log ends at epoch "
+                f"query {name}: Spark's checkpoint {location} is behind Kafka: its offset log ends at epoch "
                 f"{last}, but {where} holds epoch {marker.epoch} of the same checkpoint; epochs {last + 1} to "
                 f"{marker.epoch} were committed over offsets the log no longer has, and re-planning them would lose "
                 f"or repeat output. Restore the checkpoint's files of those epochs (offsets/, commits/), or replay "
@@ -102,12 +141,12 @@ def check_log_against_kafka(
         if marker.ranges is None or marker.epoch not in logged:
             continue
         try:
-            logged_ranges = EpochRanges.of(location, marker.epoch, sources).digest
+            logged_ranges = EpochRanges.of(location, marker.epoch, scope.sources).digest
         except CheckpointLogError:
             continue
         if logged_ranges != marker.ranges:
             raise CheckpointMismatchError(
-                f"query {query.name}: Spark's checkpoint {location} disagrees with Kafka: {where} holds epoch "
+                f"query {name}: Spark's checkpoint {location} disagrees with Kafka: {where} holds epoch "
                 f"{marker.epoch} of the same checkpoint committed over other input ranges than its offset log now "
                 f"gives that epoch (a checkpoint restored from a backup, or offset log files lost and re-planned). "
                 f"Restore the checkpoint's files of epoch {marker.epoch}, or replay from an explicit position "
@@ -115,31 +154,20 @@ def check_log_against_kafka(
             )
 
 
-def _markers(
-    app_id: str,
-    query: Query,
-    sources: Sequence[KafkaSourceConfig],
-    sink_tasks: int,
-    bootstrap: str,
-    passthrough: Mapping[str, str],
-) -> Iterator[tuple[str, EpochMarker]]:
-    """Every epoch marker Kafka holds for `query`: on its sources' groups, and (shuffling) on its progress group;
-    each with where it was read."""
-    for source in sources:
-        resolver = PositionResolver(source)
-        try:
-            tps = resolver.topic_partitions()
-        finally:
-            resolver.close()
-        for offset in committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps):
-            if offset.marker is not None:
-                yield f"group {source.group}, {offset.topic}[{offset.partition}]", offset.marker
-    if query.layout == Layout.SHUFFLING:
-        group, topic = progress_group(app_id, query.name), progress_topic(app_id)
-        parts = [(topic, p) for p in range(sink_tasks)]
-        for offset in committed_offsets(bootstrap, group, passthrough, parts):
-            if offset.marker is not None:
-                yield f"group {group}, {offset.topic}[{offset.partition}]", offset.marker
+def half_committed_epoch(scope: QueryMarkers) -> int | None:
+    """The epoch Spark logged but did not commit, when Kafka holds any marker of it written under the scope's
+    query layout (some of its tasks, or its phase two, committed); None otherwise."""
+    epoch = uncommitted_epoch(scope.location)
+    if epoch is None:
+        return None
+    try:
+        checkpoint = checkpoint_id(scope.location)
+    except CheckpointLogError:
+        return None
+    for _, marker in scope.read():
+        if marker.of(scope.app_id, checkpoint) and marker.epoch == epoch:
+            return epoch
+    return None
 
 
 def check_transaction_timeout(

@@ -13,7 +13,8 @@ Every figure is computed on the driver, from three feeds (docs/operations.md, "M
 - **Spark's progress reports** (a `StreamingQueryListener`): consumer lag per partition (`latestOffset - endOffset`
   as of the last planned epoch), rows dropped by a watermark (`numRowsDroppedByWatermark` per stateful operator),
   each query's event-time watermark (`eventTime.watermark`) and its state stores' size (`numRowsTotal`,
-  `memoryUsedBytes` per stateful operator).
+  `memoryUsedBytes` per stateful operator). The lag a report leaves out (a batch Spark recovered from its offset
+  log after a restart) is filled in from Kafka (`runtime.lag_fill`).
 
 Records in are kept per query (`records_in`) and, for the progress line and the run summary, per source partition
 once however many queries read it (the most any query read: `source_records_in`). Every query's families are
@@ -39,6 +40,7 @@ from ethereal_kafka.connectors.kafka.offsets import ranges
 from ethereal_kafka.connectors.kafka.read_stats import ReadReport, bucket_age
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.runtime.histogram import Histogram
+from ethereal_kafka.runtime.lag_fill import LagFill
 from ethereal_kafka.runtime.progress import ProgressLine, Snapshot
 from ethereal_kafka.runtime.spark_progress import add_progress_listener, offsets_of, unix_seconds
 from ethereal_kafka.runtime.summary import RunSummary
@@ -302,6 +304,22 @@ class JobMetrics:
                 size[(query, origin)] += int(operator.get("memoryUsedBytes") or 0)
             self.state_rows.update(rows)
             self.state_bytes.update(size)
+
+    def missing_lag(self, query: str, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The `(topic, partition)`s among `partitions` whose lag in `query` no progress report has given (Spark
+        leaves it out of a batch recovered from its offset log; `runtime.lag_fill` fills it in)."""
+        with self._lock:
+            known = {(topic, int(partition)) for (q, _source, topic, partition) in self.lag if q == query}
+        return [tp for tp in partitions if tp not in known]
+
+    def fill_lag(self, query: str, lags: Mapping[tuple[str, int], int]) -> None:
+        """Set the lag of `query`'s partitions that no progress report has given yet (`runtime.lag_fill`); a
+        partition that has one keeps it, and a later report replaces a filled figure."""
+        with self._lock:
+            known = {(topic, int(partition)) for (q, _source, topic, partition) in self.lag if q == query}
+            for (topic, partition), value in lags.items():
+                if (topic, partition) not in known:
+                    self.lag[(query, self._source_of(topic), topic, str(partition))] = max(0, value)
 
     def set_epoch_budget(self, query: str, source: str, records: int) -> None:
         """The adaptive epoch sizer posted a new budget for `source` in `query` (`runtime.admission`)."""
@@ -632,6 +650,7 @@ class RunMetrics:
         spark: SparkSession | None = None,
         listener: Any = None,
         progress: ProgressLine | None = None,
+        lag_fill: LagFill | None = None,
     ) -> None:
         self.metrics = metrics
         self._channel = channel
@@ -639,6 +658,7 @@ class RunMetrics:
         self._spark = spark
         self._listener = listener
         self._progress = progress
+        self._lag_fill = lag_fill
 
     @property
     def port(self) -> int | None:
@@ -654,6 +674,11 @@ class RunMetrics:
             sources = [s.name for s in coordinator.query_sources(name)]
             self.metrics.add_query(name, [s.name for s in query.sinks], side_outputs, sources)
         coordinator.epoch_annotators.append(self.metrics.observe_epoch)
+        if self._lag_fill is not None:
+            for name in coordinator.queries:
+                self._lag_fill.watch(name, coordinator.query_sources(name))
+            coordinator.epoch_listeners.append(self._lag_fill.on_epoch)
+            self._lag_fill.start()
 
     def start_progress(self) -> None:
         """Start the console progress line (when configured)."""
@@ -661,10 +686,13 @@ class RunMetrics:
             self._progress.start()
 
     def close(self) -> None:
-        """Stop the progress line, the listener, the endpoint and the report channel."""
+        """Stop the progress line, the lag filler, the listener, the endpoint and the report channel."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+        if self._lag_fill is not None:
+            self._lag_fill.close()
+            self._lag_fill = None
         if self._listener is not None and self._spark is not None:
             try:
                 self._spark.streams.removeListener(self._listener)
@@ -715,7 +743,7 @@ def open_metrics(spark: SparkSession, loaded: LoadedJob) -> RunMetrics:
             server.server_close()
         raise
     progress = ProgressLine.for_job(job, metrics.snapshot)
-    return RunMetrics(metrics, channel, server, spark, listener, progress)
+    return RunMetrics(metrics, channel, server, spark, listener, progress, LagFill(metrics))
 
 
 def serve(metrics: JobMetrics, host: str, port: int) -> Any:

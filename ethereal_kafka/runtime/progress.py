@@ -3,8 +3,11 @@
     orders-enricher | in 1,020 rec/s | out 1,000 rec/s | lag 0 | epoch 57 in 312 ms | 3 dead-lettered
 
 On a terminal (`progress=tty`, or `auto` when stderr is one) the line is rewritten in place every second, with
-rates over the last 10 s; otherwise (`log`) one line is printed every `progress.interval.ms`, with rates over that
-interval. Everything goes to stderr; `progress=off` prints nothing.
+rates over the last 10 s. Otherwise (`log`: a file, a pipe, a service's journal) the line is made every
+`progress.interval.ms`, with rates over that interval, and printed only when it says something new: when it differs
+from the last line printed, or as a heartbeat when the same line has not been printed for `HEARTBEAT_S` (an idle
+job writes one line a minute, not one every interval forever). Everything goes to stderr; `progress=off` prints
+nothing.
 
 While an in-place line is live, anything else written to the terminal must go through `above_live_line()` (the
 run's console log handler does, `runtime.logs`): the line is erased first and redrawn after, so no other line is
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -49,6 +53,9 @@ class Snapshot:
 #: Refresh period and rate window of the in-place (terminal) line.
 TTY_REFRESH_S = 1.0
 TTY_WINDOW_S = 10.0
+
+#: In log mode, the longest a job goes without a progress line when nothing changes (an idle job's heartbeat).
+HEARTBEAT_S = 60.0
 
 #: Held while anything is written to a terminal showing a live line; `_live` is that line (one per process).
 _TERMINAL = threading.RLock()
@@ -107,6 +114,7 @@ class ProgressLine:
         stream: TextIO,
         in_place: bool,
         interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app_id = app_id
         self._snapshot = snapshot
@@ -119,6 +127,8 @@ class ProgressLine:
         self._thread: threading.Thread | None = None
         self._drawn = False
         self._text = ""
+        self._clock = clock
+        self._printed: tuple[str, float] | None = None  # log mode: the last line printed, and when
 
     @classmethod
     def for_job(
@@ -140,6 +150,17 @@ class ProgressLine:
             self._history.popleft()
         before = self._history[0] if self._history[0] is not now else None
         return render(self.app_id, now, before)
+
+    def due(self, text: str) -> bool:
+        """Log mode: whether `text` is to be printed now (it differs from the last line printed, or that line is
+        `HEARTBEAT_S` old); a True answer counts as printed. Called once per interval by the printing thread."""
+        now = self._clock()
+        if self._printed is not None:
+            last, at = self._printed
+            if text == last and now - at < HEARTBEAT_S:
+                return False
+        self._printed = (text, now)
+        return True
 
     def start(self) -> None:
         """Start printing (the first line after one interval); an in-place line becomes the process's live line."""
@@ -179,15 +200,19 @@ class ProgressLine:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            text = self._line_or_none()
-            if text is None:
-                continue
+            self.tick()
+
+    def tick(self) -> None:
+        """Make the line once and show it: redrawn in place, or (log mode) printed when `due`. Called every
+        interval by the printing thread."""
+        text = self._line_or_none()
+        if text is not None:
             with _TERMINAL:
                 if self.in_place:
                     self._text = text
                     self._write(f"\r{text}\x1b[K")
                     self._drawn = True
-                else:
+                elif self.due(text):
                     self._write(f"{text}\n")
 
     def _line_or_none(self) -> str | None:

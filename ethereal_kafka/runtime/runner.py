@@ -177,7 +177,7 @@ def _start(
     pipeline = build_pipeline(spark, loaded, sources, graph_builder)
     builds = pipeline.queries
     history = HistoryLog(job.app_id)
-    coordinator = CheckpointCoordinator(job, sources, loaded.sinks, history, owner=guard.claim)
+    coordinator = CheckpointCoordinator(job, sources, loaded.sinks, history, claims=guard.writer)
     groups: dict[str, list[str]] = {}
     for build in builds:
         for config in build.sources or tuple(sources.values()):
@@ -187,6 +187,7 @@ def _start(
     coordinator.prepare(
         builds, replaying=fresh and (job.replay_from is not None or replay_starts is not None)
     )
+    record_run(loaded, coordinator.instance_id, groups, coordinator.pool_by_cluster())
     bookkeeping = metrics.metrics if metrics is not None else None
     if metrics is not None:
         metrics.watch(coordinator, side_outputs=[sink for b in builds for sink in b.late_sinks])

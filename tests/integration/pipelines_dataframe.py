@@ -27,3 +27,10 @@ def copy_and_window(sources: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
     from ethereal_kafka.examples import eos
 
     return {"a": eos.stateless(sources), "b": eos.windowed_count(sources)}
+
+
+def stateless_shuffled(sources: Mapping[str, DataFrame]) -> DataFrame:
+    """`eos.stateless` with an exchange before the sink: the same records, written by a shuffling query."""
+    from ethereal_kafka.examples import eos
+
+    return eos.stateless(sources).repartition(3, "key")

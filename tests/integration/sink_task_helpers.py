@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pyarrow as pa
+from confluent_kafka import KafkaException
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.encoding import SinkOutput
@@ -28,16 +31,19 @@ def epoch_write(
     instance_id: str = "test-instance",
     ranges: str = "0123456789abcdef",
     claim: bool = True,
+    sink_settings: dict[str, str] | None = None,
 ) -> EpochWrite:
     """A one-task epoch writing bytes records to `out_topic`, its marker on `marker_topic` partition 0 (`ranges`:
     the digest of its input ranges). With `claim`, `instance_id` claims the app first (a task writes only for the
     instance that owns the app), unless the app is claimed already."""
     if claim:
-        create_topic(bootstrap, progress_topic(app_id), 1)
+        with contextlib.suppress(KafkaException):  # it exists already
+            create_topic(bootstrap, progress_topic(app_id), 1)
         if read_claim(app_id, bootstrap, {}) is None:
             write_claim(app_id, bootstrap, {}, OwnerClaim(instance_id))
     config = KafkaSinkConfig.from_properties(
-        {"name": "out", "bootstrap.servers": bootstrap, "topic": out_topic}, source="test"
+        {"name": "out", "bootstrap.servers": bootstrap, "topic": out_topic, **(sink_settings or {})},
+        source="test",
     )
     output = SinkOutput(
         config, SerdeSpec(field="key", format="bytes"), SerdeSpec(field="value", format="bytes")

@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 
 from ethereal_kafka.eos.errors import CheckpointMismatchError
+from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
-from tests.integration.eos_helpers import EPOCH_RECORDS_ENV, feed, output, pairs, write_job
+from tests.integration.eos_helpers import EPOCH_RECORDS_ENV, drop_last_commit, feed, output, pairs, write_job
+
+SHUFFLED = "tests.integration.pipelines_dataframe:stateless_shuffled"
 
 
 def _forget_epochs(query_checkpoint: Path, first: int) -> list[int]:
@@ -138,3 +141,34 @@ def _check(
     finals = {key: max(count for k, count in seen if k == key) for key, _ in seen}
     lost = sum(1 for key, totals in reference.items() if finals.get(key) != len(totals))
     return sum(n - 1 for n in seen.values()), lost, wrong
+
+
+def test_a_layout_switch_while_an_epoch_is_half_committed_is_refused(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """A partition-preserving query commits each task's output with its input partition's offset; a shuffling one
+    commits progress markers and then, in phase two, the offsets. A new version that switches between the two while
+    an epoch is half committed (here: committed in Kafka, not in Spark's commit log) would look for the epoch's
+    markers where the old layout never wrote them and write the epoch a second time. The start is refused; once the
+    old version has finished the epoch, the switch goes through and the output stays exact."""
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(600)
+    feed(bs, src, inputs[:400], 2)
+    files = write_job(tmp_path, bs, src, dst, "ethereal_kafka.examples.eos:stateless", max_records=100)
+    run_job(files.job)
+    drop_last_commit(files.checkpoint / "out")
+    old = files.job.read_text()
+    files.job.write_text(old.replace("ethereal_kafka.examples.eos:stateless", SHUFFLED))
+    refused = run_job(files.job, check=False)
+    error = str(refused.error)
+    print(error)
+    assert isinstance(refused.error, ConfigError), refused.error
+    assert "layout changed partition-preserving -> shuffling while epoch" in error and "\n" not in error
+    files.job.write_text(old)
+    run_job(files.job)  # the old version replays the epoch: its tasks find their markers and skip
+    feed(bs, src, inputs[400:], 2)
+    files.job.write_text(old.replace("ethereal_kafka.examples.eos:stateless", SHUFFLED))
+    run_job(files.job)
+    cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
+    assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)

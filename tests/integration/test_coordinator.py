@@ -31,6 +31,7 @@ def _coordinator(
     root: Path,
     instance: str,
     dead_letters: str | None = None,
+    job: dict[str, object] | None = None,
 ) -> tuple[CheckpointCoordinator, KafkaSourceConfig]:
     dlq = {"on.error": "dlq", "dlq.topic": dead_letters, "dlq.delivery": "epoch"} if dead_letters else {}
     source = KafkaSourceConfig.from_properties(
@@ -56,6 +57,7 @@ def _coordinator(
                 "pipeline": "tests.integration.test_coordinator:unused",
                 "checkpoint.location": str(root),
                 "sink.tasks": 2,
+                **(job or {}),
             },
             source="test",
         ),
@@ -114,3 +116,20 @@ def test_a_retried_phase_two_commit_sends_the_epochs_dead_letters_once(
     assert sorted(got) == sorted(d.value for d in letters), f"each dead letter once, got {got}"
     committed = group_offsets(bs, source.group, src, 2)
     assert {p: o for p, (o, _) in committed.items()} == {0: 20, 1: 20}
+
+
+def test_a_transaction_timeout_beyond_the_brokers_maximum_is_refused_at_start(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    """The broker aborts a transaction older than its `transaction.max.timeout.ms` (15 minutes by default) and
+    refuses producers asking for more: the start checks it (DescribeConfigs) and refuses in one line."""
+    from ethereal_kafka.errors import ConfigError
+
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=1), topic_factory(partitions=1)
+    app = f"maxtxn-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(
+        ConfigError, match=r"exceeds the broker's transaction.max.timeout.ms=900000"
+    ) as refused:
+        _coordinator(bs, app, src, dst, tmp_path, "i", job={"transaction.timeout.ms": 960000})
+    assert "\n" not in str(refused.value)

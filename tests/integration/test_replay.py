@@ -314,3 +314,37 @@ def test_unknown_app_is_a_one_line_error(command: str) -> None:
         "error: no job known as app 'no-such-app-7f3e' on this host (`ethereal-kafka run` records a job when it "
         "starts); pass --job FILE\n"
     )
+
+
+def test_replay_claims_the_app_and_fences_the_last_runs_transactional_ids(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """A zombie of the last run (a sink task's producer still alive, inside a transaction) must not commit after a
+    replay reset the app: the replay claims the app and fences the transactional ids the run recorded. Before, the
+    zombie's transaction committed after the replay (its record visible) and the replay claimed nothing."""
+    from confluent_kafka import KafkaException
+
+    from ethereal_kafka.checkpoint.apps import read_run_record
+    from ethereal_kafka.connectors.kafka.clients import transactional_producer
+    from ethereal_kafka.eos.ownership import read_claim
+
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    feed(bs, src, eos.events(200), 2)
+    files = write_job(tmp_path, bs, src, dst, STATELESS, starting="group-offsets", max_records=1000)
+    run_job(files.job)
+    record = read_run_record(files.app_id)
+    assert record is not None and record.pool, "the run recorded its transactional ids"
+    ((cluster, ids),) = record.pool.items()
+    zombie = transactional_producer(ids[0], cluster, 30000, {})
+    zombie.begin_transaction()
+    zombie.produce(dst, b"zombie", b"zombie", partition=0)
+    zombie.flush(10)
+    result = _cli("replay", files.app_id, "--from", "earliest", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert f"fenced the last run's {len(ids)} transactional id(s)" in result.stdout, result.stdout
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(10)
+    assert b"zombie" not in [r.value for r in output(bs, dst)]
+    claim = read_claim(files.app_id, bs, {})
+    assert claim is not None and claim[0].instance_id.startswith("replay-") and claim[0].released

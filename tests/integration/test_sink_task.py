@@ -3,6 +3,7 @@ the same task interleaved at chosen points by the fault hooks (`ethereal_kafka.f
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
@@ -188,3 +189,30 @@ def test_a_commit_reported_failed_after_it_landed_is_not_written_again(
     assert task.commit_ms is not None, "the first transaction committed (then was reported failed)"
     got = [(r.key, r.value) for r in read_committed(bs, out, timeout_s=10)]
     assert sorted(got) == sorted(records), f"each record exactly once (got {len(got)} for {len(records)})"
+
+
+@pytest.mark.parametrize("limit", ["producer", "topic"])
+def test_a_record_too_large_fails_the_task_at_once_in_one_line(
+    limit: str, kafka_cluster: KafkaCluster, topic_factory: TopicFactory
+) -> None:
+    """A record larger than the producer accepts (its `message.max.bytes`, 1 MB by default), or than the topic
+    accepts (the producer's limit raised, the broker's left), can never be committed. Before, the task aborted and
+    redid its transaction six times and failed with "not committed after 6 attempts", and again at every replay.
+    Now it fails at once with one line naming the topic, the size and the task's input."""
+    from ethereal_kafka.errors import RecordTooLargeError
+
+    bs = kafka_cluster.bootstrap
+    out, marked = topic_factory(partitions=1), topic_factory(partitions=1)
+    settings = {"kafka.message.max.bytes": "4000000"} if limit == "topic" else {}
+    write = epoch_write(bs, out, marked, app_id=f"big-{uuid.uuid4().hex[:8]}", sink_settings=settings)
+    big = random.Random(7).randbytes(1_500_000)  # incompressible: the compressed batch is as large
+    started = time.monotonic()
+    task = TransactionalTask(write, 0)
+    with pytest.raises(RecordTooLargeError) as refused:
+        commit_attempt(write, 0, [(b"small", b"v"), (b"big", big)], task)
+    line = str(refused.value)
+    print(line)
+    assert "\n" not in line and f"for topic {out}" in line and "1,500,003 bytes" in line and "task 0" in line
+    assert task.attempts == 1, "no transaction was redone"
+    assert time.monotonic() - started < 60
+    assert read_committed(bs, out, timeout_s=3) == []

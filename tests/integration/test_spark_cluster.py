@@ -123,3 +123,87 @@ def test_job_file_master_runs_the_exactly_once_job_on_the_cluster(
         f"attempts retried; job {took:.1f}s"
     )
     assert retried >= 2, "every sink task's first attempt failed after producing and was retried"
+
+
+def _executor_pids(app_id: str) -> list[int]:
+    """The live executor JVMs of the Spark application `app_id` (by their `--app-id` argument)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in args and app_id.encode() in args:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_an_executor_killed_inside_a_transaction_loses_and_repeats_nothing(
+    spark_cluster: StandaloneSparkCluster,
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+) -> None:
+    """The driver lives, one executor's JVM is SIGKILLed while a sink task on it holds an open transaction (seen
+    through the fault trace): Spark declares the executor lost and runs its tasks again elsewhere; the new attempts
+    fence the dead one's transactional ids (aborting what it left open) and commit. The output is exact."""
+    import os
+    import signal
+
+    from ethereal_kafka.faults import TRACE_ENV, TXN_DELAY_ENV
+
+    bs = kafka_cluster.bootstrap
+    trace = tmp_path / "trace.log"
+    extra = (
+        f"spark.master={spark_cluster.master_url}\nspark.executorEnv.{TRACE_ENV}={trace}\n"
+        f"spark.executorEnv.{TXN_DELAY_ENV}=1500\n"
+    )
+    files, inputs = _job(tmp_path, bs, topic_factory, extra=extra)
+    launched = time.monotonic()
+    stderr = tmp_path / "job.stderr"
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ethereal_kafka.cli",
+            "run",
+            str(files.job),
+            "--available-now",
+            "--log-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=stderr.open("w"),
+        env=spark_cluster.env(),
+    )
+    killed = None
+    try:
+        deadline = time.monotonic() + 300
+        while killed is None and time.monotonic() < deadline and job.poll() is None:
+            lines = trace.read_text().splitlines() if trace.exists() else []
+            # After the first committed epoch, aim at a task inside its open transaction.
+            committed = any(line.split()[-1] == "done" for line in lines)
+            opened = [line for line in lines[-4:] if line.split()[-1] == "open"]
+            if committed and opened:
+                apps = (spark_cluster.state() or {}).get("activeapps", [])
+                ours = [a["id"] for a in apps if a.get("name") == f"ethereal-kafka-{files.app_id}"]
+                pids = _executor_pids(ours[-1]) if ours else []
+                if pids:
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed = (pids[0], opened[-1])
+            time.sleep(0.05)
+        job.wait(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    err = stderr.read_text(errors="replace")
+    assert killed is not None, f"no executor was killed (job exit {job.returncode}): {err[-3000:]}"
+    assert job.returncode == 0, err[-4000:]
+    log = (tmp_path / "spark.log").read_text(errors="replace")
+    assert "Lost executor" in log or "lost executor" in log.lower(), "Spark declared the executor lost"
+    print(
+        f"[executor killed: pid {killed[0]} at '{killed[1]}'] {_check_exact(bs, files, inputs)}; "
+        f"job {time.monotonic() - launched:.1f}s"
+    )

@@ -54,31 +54,32 @@ def test_connect_names_the_missing_topic_its_file_and_the_address(
     assert offline.returncode == 0, offline.stderr
 
 
-def test_connect_names_an_address_that_does_not_answer_within_the_timeout(tmp_path: Path) -> None:
+def test_connect_names_a_refused_address_at_once(tmp_path: Path) -> None:
+    """A refused port fails in about a second, not after the timeout (issue 24: 16 s before)."""
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{probe.getsockname()[1]}"
     job = _job(tmp_path, address, "orders", "out")
     began = time.monotonic()
-    done = _validate("--timeout", "2", str(job))
+    done = _validate("--timeout", "30", str(job))
     elapsed = time.monotonic() - began
     assert done.returncode == 1
     [line] = done.stderr.splitlines()  # librdkafka's own connection lines stay off the terminal
-    assert line.startswith(
-        f"error: {tmp_path / 'in.properties'}, {tmp_path / 'out.properties'}: Kafka at {address} did not answer "
-        "within 2 s"
+    assert line == (
+        f"error: {tmp_path / 'in.properties'}, {tmp_path / 'out.properties'}: Kafka at {address} is not "
+        f"reachable: Connect to ipv4#{address} failed: Connection refused"
     )
-    assert elapsed < 10
+    assert elapsed < 25, f"validate took {elapsed:.1f}s to give up on a refused port"
 
 
-def test_run_with_a_wrong_bootstrap_ends_with_one_line_within_the_connect_timeout(tmp_path: Path) -> None:
-    """`run` makes the same check before Spark starts, bounded by `connect.timeout.ms`; librdkafka's own lines go to
-    the run's log file, not the terminal. No broker, no Spark."""
+def test_run_with_a_wrong_bootstrap_ends_with_one_line_at_once(tmp_path: Path) -> None:
+    """`run` makes the same check before Spark starts, bounded by `connect.timeout.ms` and shorter for a refused
+    port; librdkafka's own lines go to the run's log file, not the terminal. No broker, no Spark."""
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{probe.getsockname()[1]}"
     job = _job(tmp_path, address, "orders", "out")
-    job.write_text(job.read_text() + "connect.timeout.ms=2000\n")
+    job.write_text(job.read_text() + "connect.timeout.ms=30000\n")
     logs = tmp_path / "logs"
     began = time.monotonic()
     done = subprocess.run(
@@ -87,10 +88,10 @@ def test_run_with_a_wrong_bootstrap_ends_with_one_line_within_the_connect_timeou
     elapsed = time.monotonic() - began
     assert done.returncode == 1
     [line] = done.stderr.splitlines()  # no librdkafka `Connect to ... failed` lines on the terminal
-    assert line.startswith(
-        f"error: {tmp_path / 'in.properties'}, {tmp_path / 'out.properties'}: Kafka at {address} did not answer "
-        "within 2 s"
+    assert line == (
+        f"error: {tmp_path / 'in.properties'}, {tmp_path / 'out.properties'}: Kafka at {address} is not "
+        f"reachable: Connect to ipv4#{address} failed: Connection refused"
     ), line
-    assert elapsed < 10, f"run took {elapsed:.1f}s to refuse"
+    assert elapsed < 25, f"run took {elapsed:.1f}s to refuse"
     assert f"Connect to ipv4#{address} failed" in (logs / "ethereal-kafka.log").read_text()
     assert not (tmp_path / "checkpoint").exists()  # nothing started

@@ -8,14 +8,21 @@ answers and the topics exist (`check_topics`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
-from ethereal_kafka.connectors.kafka.clients import new_admin, new_consumer, new_producer
+from ethereal_kafka.config.model import close_matches, did_you_mean
+from ethereal_kafka.connectors.kafka.clients import new_consumer, new_producer
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
+from ethereal_kafka.connectors.kafka.librdkafka_properties import known_properties
+from ethereal_kafka.connectors.kafka.reach import reach
+from ethereal_kafka.errors import KafkaConnectionError
 from ethereal_kafka.serde import SerdeSpec, build_codec
+
+_NO_SUCH_PROPERTY = re.compile(r'No such configuration property: "([^"]+)"')
 
 
 def check_connector(config: KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig) -> None:
@@ -46,7 +53,8 @@ def check_client_settings(
 
     A client of the connector's kind (a consumer for sources and tables, a producer for sinks) is constructed with
     the settings and closed at once, before any request is sent: librdkafka refuses an unknown property
-    (`kafka.linger.mss`) or a bad value while it parses the configuration, long before a run would meet it.
+    (`kafka.linger.mss`) or a bad value while it parses the configuration, long before a run would meet it. An
+    unknown property gets a did-you-mean naming the closest properties librdkafka knows (at most three).
     Called by `ethereal-kafka validate` and by `run` before Spark starts (`runtime.preflight`). Never raises.
     """
     from confluent_kafka import KafkaException
@@ -60,8 +68,18 @@ def check_client_settings(
     except KafkaException as exc:
         error = exc.args[0]
         reason = error.str() if hasattr(error, "str") else str(error)
-        return f"{file}: librdkafka rejects the kafka.* settings: {reason}"
+        return f"{file}: librdkafka rejects the kafka.* settings: {reason}{property_suggestion(reason)}"
     return None
+
+
+def property_suggestion(reason: str, prefix: str = "kafka.") -> str:
+    """` (did you mean kafka.X?)` for librdkafka's `No such configuration property: "X"`, naming the closest
+    properties it knows (`librdkafka_properties`), each after `prefix`; empty for any other refusal."""
+    unknown = _NO_SUCH_PROPERTY.search(reason)
+    if unknown is None:
+        return ""
+    matches = close_matches(unknown.group(1), known_properties())
+    return did_you_mean([f"{prefix}{name}" for name in matches])
 
 
 def check_topics(
@@ -76,41 +94,21 @@ def check_topics(
         bootstrap: The connectors' `bootstrap.servers`.
         topics: Per connector file, the topics it reads or writes.
         passthrough: `kafka.*` settings of one of those connectors (security settings reach the cluster).
-        timeout_s: How long the cluster may take to answer the one metadata request.
+        timeout_s: How long the cluster may take to answer the one metadata request (a refused connection fails
+            in about a second: `reach.reach`).
 
-    Called by `ethereal-kafka validate --connect`. Bounded by `timeout_s`; never raises. librdkafka's own log lines
-    go to `clients.librdkafka_logger()`, not the terminal: the returned lines name the file, the topic and the address.
+    Called by `ethereal-kafka validate --connect` and by `run` before Spark starts. Bounded by `timeout_s`; never
+    raises. librdkafka's own log lines go to `clients.librdkafka_logger()`, not the terminal: the returned lines name
+    the file, the topic and the address.
     """
-    from confluent_kafka import KafkaException
-
-    settings: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "socket.connection.setup.timeout.ms": str(int(timeout_s * 1000)),
-        **(passthrough or {}),
-    }
-    admin = new_admin(settings)
     try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
-    except KafkaException as exc:
+        existing = set(reach(bootstrap, passthrough, timeout_s).topics)
+    except KafkaConnectionError as exc:
         files = ", ".join(str(f) for f in topics)
-        return [f"{files}: Kafka at {bootstrap} did not answer within {timeout_s:g} s ({exc.args[0]})"]
-    finally:
-        serve_logs(admin)
+        return [f"{files}: {exc}"]
     return [
         f"{file}: topic {topic!r} does not exist at {bootstrap}"
         for file, names in topics.items()
         for topic in names
         if topic not in existing
     ]
-
-
-def serve_logs(client: Any, most: int = 1000) -> None:
-    """Hand the log lines librdkafka queued for `client` to its logger (`clients.librdkafka_logger()`) now.
-
-    A client's log lines wait on its queue until something polls it; a metadata request refused at once
-    (connection refused) returns before any poll, and the lines (`Connect to ipv4#... failed`) would be lost with
-    the client. Never blocks: serves what is queued, at most `most` events.
-    """
-    for _ in range(most):
-        if not client.poll(0):
-            return

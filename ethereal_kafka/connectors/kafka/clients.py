@@ -53,6 +53,9 @@ _QUIET = {"log_level": "3", "socket.connection.setup.timeout.ms": "10000", **_RE
 
 ConfigKey = tuple[str, tuple[tuple[str, str], ...]]
 
+#: Errors that mean another holder of a transactional id (a newer producer for the same id) fenced this one.
+FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
 #: The Python logger that receives librdkafka's log lines from every client the framework builds.
 LIBRDKAFKA_LOGGER = "ethereal_kafka.librdkafka"
 
@@ -205,11 +208,12 @@ def group_consumer(bootstrap: str, group: str, passthrough: Mapping[str, str]) -
     for its group metadata; it never subscribes, consumes or commits on its own."""
     conf = {
         **_QUIET,
+        **{k: v for k, v in passthrough.items() if not k.startswith(("transaction", "acks", "linger"))},
+        # After the pass-through settings: markers and claims are only ever read stably.
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "enable.auto.commit": "false",
         "isolation.level": "read_committed",
-        **{k: v for k, v in passthrough.items() if not k.startswith(("transaction", "acks", "linger"))},
     }
     return CLIENTS.get("group", conf, new_consumer)
 
@@ -257,9 +261,6 @@ def transactional_producer(
     producer = new_producer(
         {
             **extra,
-            "bootstrap.servers": bootstrap,
-            "transactional.id": transactional_id,
-            "transaction.timeout.ms": str(timeout_ms),
             "linger.ms": "5",
             "compression.type": "lz4",
             "log_level": "3",
@@ -269,6 +270,10 @@ def transactional_producer(
             # of inits on one broker took 0.5 s; median 11 ms without).
             "enable.sparse.connections": "false",
             **passthrough,
+            # After the pass-through settings: the protocol's identity and timeout are never overridden.
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": str(timeout_ms),
         }
     )
     producer.init_transactions(max(30.0, timeout_ms / 1000))

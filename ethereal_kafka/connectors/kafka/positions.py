@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 
-from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
@@ -126,12 +126,26 @@ class PositionResolver:
         }
 
     def committed(self, tps: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-        """The job group's committed offsets; partitions without one start per `group.offsets.reset`."""
+        """The job group's committed offsets; partitions without one start per `group.offsets.reset`.
+
+        A partition whose committed offset could not be read (a per-partition error: a coordinator loading, a
+        timeout) is retried like a failed request, never taken for "nothing committed": that would restart it from
+        `group.offsets.reset` and reprocess (or skip) everything.
+
+        Raises:
+            KafkaConnectionError: the offsets could not be read within the bounded retries.
+        """
         query = [TopicPartition(t, p) for t, p in tps]
+
+        def fetch() -> list[TopicPartition]:
+            found: list[TopicPartition] = self.consumer.committed(query, timeout=10.0)
+            for tp in found:
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
+            return found
+
         found = with_retries(
-            "committed offsets query",
-            self.config.bootstrap_servers,
-            lambda: self.consumer.committed(query, timeout=10.0),
+            f"committed offsets of group {self.config.group}", self.config.bootstrap_servers, fetch
         )
         have = {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
         lacking = [tp for tp in tps if tp not in have]

@@ -14,7 +14,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.clients import cached_producer, drop_producer, producer_config
@@ -25,7 +25,7 @@ from ethereal_kafka.connectors.kafka.encoding import (
     encode_outputs,
     sink_specs,
 )
-from ethereal_kafka.errors import ConfigError, KafkaConnectionError
+from ethereal_kafka.errors import ConfigError, KafkaConnectionError, RecordTooLargeError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -36,27 +36,63 @@ RESULT_SCHEMA = "records long"
 #: `send_records` serves delivery callbacks (`poll(0)`) after every this many records.
 _POLL_EVERY = 10000
 
+#: Errors that mean one record (or its batch) is larger than the producer or the broker accepts.
+TOO_LARGE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
-def send_records(producer: Producer, records: Iterable[OutRecord | EncodedBatch], on_delivery: object) -> int:
+
+def too_large(
+    topic: str, key: bytes | None, value: bytes | None, where: str, cause: str
+) -> RecordTooLargeError:
+    """The one-line error for a record its producer or topic refuses for its size (`where` names the sink task and
+    its input)."""
+    size = len(key or b"") + len(value or b"")
+    return RecordTooLargeError(
+        f"{where}: a record of {size:,} bytes (key {(key or b'')[:40]!r}) for topic {topic} is larger than the "
+        f"producer or the topic accepts ({cause}); the epoch fails at every replay until it fits: raise "
+        "kafka.message.max.bytes on the sink and the topic's max.message.bytes, or drop or trim such records"
+    )
+
+
+def send_records(
+    producer: Producer, records: Iterable[OutRecord | EncodedBatch], on_delivery: object, where: str = "sink"
+) -> int:
     """Hand every record to `producer` in order, waiting for queue space when it is full; returns the count sent.
 
     Called by the sink tasks (at-least-once and transactional) with `encode_outputs`' batches, and with single
     `OutRecord`s for dead letters. A full local queue (`BufferError`) is waited out with `poll`, which also serves
     delivery callbacks; `poll(0)` runs after every `_POLL_EVERY` records as well.
+
+    Raises:
+        RecordTooLargeError: the producer refused a record for its size (`where` names the caller in the message).
     """
     sent = 0
     for item in records:
         if isinstance(item, EncodedBatch):
-            sent = _send_batch(producer, item, on_delivery, sent)
+            sent = _send_batch(producer, item, on_delivery, sent, where)
         else:
-            produce_one(producer, item.topic, item.key, item.value, item.partition, item.headers, on_delivery)
+            try:
+                produce_one(
+                    producer, item.topic, item.key, item.value, item.partition, item.headers, on_delivery
+                )
+            except KafkaException as exc:
+                raise _refused(exc, item.topic, item.key, item.value, where) from exc
             sent += 1
             if sent % _POLL_EVERY == 0:
                 producer.poll(0)
     return sent
 
 
-def _send_batch(producer: Producer, batch: EncodedBatch, on_delivery: object, sent: int) -> int:
+def _refused(
+    exc: KafkaException, topic: str, key: bytes | None, value: bytes | None, where: str
+) -> Exception:
+    """What to raise when `produce` refused a record: `RecordTooLargeError` for its size, else `exc` itself."""
+    error = exc.args[0] if exc.args else None
+    if error is None or error.code() not in TOO_LARGE_CODES:
+        return exc
+    return too_large(topic, key, value, where, error.str())
+
+
+def _send_batch(producer: Producer, batch: EncodedBatch, on_delivery: object, sent: int, where: str) -> int:
     """Produce one batch's records; returns `sent` plus their count."""
     topics = repeat(batch.topic) if isinstance(batch.topic, str) else batch.topic
     if batch.partitions is None and batch.headers is None:
@@ -66,7 +102,12 @@ def _send_batch(producer: Producer, batch: EncodedBatch, on_delivery: object, se
                 produce(topic, value, key, on_delivery=on_delivery)  # type: ignore[arg-type]
             except BufferError:
                 producer.poll(0.05)
-                produce_one(producer, topic, key, value, None, None, on_delivery)
+                try:
+                    produce_one(producer, topic, key, value, None, None, on_delivery)
+                except KafkaException as exc:
+                    raise _refused(exc, topic, key, value, where) from exc
+            except KafkaException as exc:
+                raise _refused(exc, topic, key, value, where) from exc
             sent += 1
             if sent % _POLL_EVERY == 0:
                 producer.poll(0)
@@ -76,7 +117,10 @@ def _send_batch(producer: Producer, batch: EncodedBatch, on_delivery: object, se
     for topic, key, value, partition, row_headers in zip(
         topics, batch.keys, batch.values, partitions, headers, strict=False
     ):
-        produce_one(producer, topic, key, value, partition, row_headers, on_delivery)
+        try:
+            produce_one(producer, topic, key, value, partition, row_headers, on_delivery)
+        except KafkaException as exc:
+            raise _refused(exc, topic, key, value, where) from exc
         sent += 1
         if sent % _POLL_EVERY == 0:
             producer.poll(0)

@@ -31,7 +31,9 @@ def test_coordinator_partition_is_kafkas_abs_modulo() -> None:
 def test_cluster_settings_replicate_like_production() -> None:
     three = cluster_settings(3)
     assert three["default.replication.factor"] == "3" and three["min.insync.replicas"] == "2"
-    assert three["offsets.topic.replication.factor"] == three["transaction.state.log.replication.factor"] == "3"
+    assert (
+        three["offsets.topic.replication.factor"] == three["transaction.state.log.replication.factor"] == "3"
+    )
     assert three["transaction.state.log.min.isr"] == "2"
     five = cluster_settings(5)
     assert five["default.replication.factor"] == "3" and five["min.insync.replicas"] == "2"

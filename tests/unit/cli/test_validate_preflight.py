@@ -107,7 +107,8 @@ def test_kafka_setting_typo_is_refused_by_librdkafka(job_dir: Path, tmp_path: Pa
         assert done.returncode == 1
         [line] = error_lines(done)
         assert line == (
-            f'error: {sink}: librdkafka rejects the kafka.* settings: No such configuration property: "linger.mss"'
+            f'error: {sink}: librdkafka rejects the kafka.* settings: No such configuration property: "linger.mss" '
+            "(did you mean kafka.linger.ms?)"
         )
 
 
@@ -129,8 +130,9 @@ def test_unknown_key_gets_a_suggestion_naming_the_file(job_dir: Path, tmp_path: 
     done = cli("validate", str(job_dir / "job.properties"), cwd=tmp_path)
     assert done.returncode == 1
     [line] = error_lines(done)
-    assert line.startswith(
-        f"error: {source}: unknown kafka source key(s) starting.offset (did you mean starting.offsets?); known keys:"
+    assert (
+        line
+        == f"error: {source}: unknown kafka source key(s) starting.offset (did you mean starting.offsets?)"
     )
 
 

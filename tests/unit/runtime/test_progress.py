@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from ethereal_kafka.config.job import JobConfig
 from ethereal_kafka.runtime.logs import ConsoleHandler
-from ethereal_kafka.runtime.progress import ProgressLine, Snapshot, render
+from ethereal_kafka.runtime.progress import HEARTBEAT_S, ProgressLine, Snapshot, render
 
 START = Snapshot(
     at=100.0,
@@ -71,9 +71,9 @@ def test_rates_are_over_the_window() -> None:
     assert len(line._history) <= 12  # a 10 s window of 1 s snapshots, plus its starting point
 
 
-def test_log_mode_prints_one_line_per_interval() -> None:
+def test_log_mode_prints_from_its_thread_every_interval_while_the_line_changes() -> None:
     out = io.StringIO()
-    line = ProgressLine("orders", Snapshots(), out, in_place=False, interval_s=0.05)
+    line = ProgressLine("orders", Growing(), out, in_place=False, interval_s=0.05)
     line.start()
     time.sleep(0.3)
     line.stop()
@@ -81,6 +81,98 @@ def test_log_mode_prints_one_line_per_interval() -> None:
     assert 2 <= len(lines) <= 8
     assert all(text.startswith("orders | in ") for text in lines)
     assert "\r" not in out.getvalue()
+
+
+class Clock:
+    """A fake `time.monotonic` the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Growing:
+    """Snapshots whose input rate grows by 10 rec/s a second: every line differs."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock
+        self.count = 0
+
+    def __call__(self) -> Snapshot:
+        self.count += 1
+        at = self.clock() if self.clock is not None else 100.0 + self.count
+        return replace(START, at=at, records_in=5 * self.count * (self.count + 1))
+
+
+class Idle:
+    """A job that committed epoch 7 and then read nothing more: every snapshot has the same totals."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.records_in = 5000
+
+    def __call__(self) -> Snapshot:
+        return replace(
+            START,
+            at=self.clock(),
+            records_in=self.records_in,
+            records_out=5000,
+            lag=0,
+            last_epoch=7,
+            last_epoch_ms=90,
+        )
+
+
+def started(line: ProgressLine) -> None:
+    """What `start()` does before its thread's first interval: the first snapshot (the rates' starting point)."""
+    line.line()
+
+
+def run_log_mode(line: ProgressLine, clock: Clock, seconds: float) -> None:
+    """What the printing thread does for `seconds`: one tick per interval, on the fake clock."""
+    for _ in range(round(seconds / line.interval_s)):
+        clock.now += line.interval_s
+        line.tick()
+
+
+def test_an_idle_job_prints_a_heartbeat_a_minute_not_a_line_every_interval() -> None:
+    """Issue 24: with stderr not a terminal, an idle job printed the same line every 10 s forever."""
+    clock, out = Clock(), io.StringIO()
+    line = ProgressLine("orders", Idle(clock), out, in_place=False, interval_s=10.0, clock=clock)
+    started(line)
+    run_log_mode(line, clock, 300)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "orders | in 0 rec/s | out 0 rec/s | lag 0 | epoch 7 in 90 ms"
+    assert set(lines) == {lines[0]}
+    assert HEARTBEAT_S == 60
+    assert len(lines) == 5, lines  # at 10 s, then a heartbeat at 70, 130, 190 and 250 s
+
+
+def test_a_line_that_changes_is_printed_at_once_after_quiet_minutes() -> None:
+    clock, out = Clock(), io.StringIO()
+    idle = Idle(clock)
+    line = ProgressLine("orders", idle, out, in_place=False, interval_s=10.0, clock=clock)
+    started(line)
+    run_log_mode(line, clock, 30)
+    idle.records_in += 500  # input arrives: the next line says so at once
+    run_log_mode(line, clock, 10)
+    run_log_mode(line, clock, 10)  # idle again: the rate goes back to 0, which is news too
+    run_log_mode(line, clock, 30)
+    assert [text.split(" | ")[1] for text in out.getvalue().splitlines()] == [
+        "in 0 rec/s",
+        "in 50 rec/s",
+        "in 0 rec/s",
+    ]
+
+
+def test_a_busy_job_prints_every_interval() -> None:
+    clock, out = Clock(), io.StringIO()
+    line = ProgressLine("orders", Growing(clock), out, in_place=False, interval_s=10.0, clock=clock)
+    started(line)
+    run_log_mode(line, clock, 60)
+    assert len(out.getvalue().splitlines()) == 6
 
 
 def test_tty_mode_rewrites_one_line_and_ends_it_on_stop() -> None:
