@@ -92,7 +92,7 @@ def transaction_coordinator(bootstrap: str, transactional_id: str, timeout_s: fl
         BrokerError: no metadata, or `__transaction_state` does not exist yet (no transactional producer has
             initialised on the cluster).
     """
-    return _internal_leader(bootstrap, TRANSACTION_STATE_TOPIC, transactional_id, timeout_s)
+    return leader_for_key(bootstrap, TRANSACTION_STATE_TOPIC, transactional_id, timeout_s)
 
 
 def group_coordinator(bootstrap: str, group: str, timeout_s: float = 10.0) -> int:
@@ -114,10 +114,16 @@ def group_coordinator(bootstrap: str, group: str, timeout_s: float = 10.0) -> in
             return int(coordinator.id)
     except KafkaException:
         pass
-    return _internal_leader(bootstrap, OFFSETS_TOPIC, group, timeout_s)
+    return leader_for_key(bootstrap, OFFSETS_TOPIC, group, timeout_s)
 
 
-def _internal_leader(bootstrap: str, topic: str, key: str, timeout_s: float) -> int:
+def leader_for_key(bootstrap: str, topic: str, key: str, timeout_s: float = 10.0) -> int:
+    """The leader of the partition of internal `topic` (`__transaction_state`, `__consumer_offsets`) that holds
+    `key` (`coordinator_partition`): the node that coordinates `key`.
+
+    Raises:
+        BrokerError: no metadata, or `topic` does not exist yet.
+    """
     found = _metadata(bootstrap, topic, timeout_s).topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
         raise BrokerError(f"{topic} is not in the metadata of {bootstrap} (not created yet)")

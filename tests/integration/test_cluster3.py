@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from ethereal_kafka import faults
-from ethereal_kafka.broker import LocalCluster
+from ethereal_kafka.broker import LocalCluster, roles
 from ethereal_kafka.broker.roles import health
 from ethereal_kafka.checkpoint.history import CheckpointHistory, EpochRecord
 from ethereal_kafka.connectors.kafka.topics import create_topic
@@ -164,6 +164,22 @@ def test_broker_cli_covers_every_node(kafka_cluster3: LocalCluster) -> None:
     )
     assert status.returncode == 0, status.stderr
     assert sum(f"node {n}: running" in status.stdout for n in (1, 2, 3)) == 3, status.stdout
+
+
+def test_coordinator_roles_follow_the_brokers_hashing(kafka_cluster3: LocalCluster) -> None:
+    """The rule `roles` finds a transaction coordinator by (the leader of `__consumer_offsets` or
+    `__transaction_state` partition `abs(hash(key)) % partitions`) names the node the cluster itself reports as a
+    group's coordinator."""
+    bs = kafka_cluster3.bootstrap
+    topic = create_topic(bs, f"c3-roles-{uuid.uuid4().hex[:8]}", 1, replication_factor=-1)
+    for i in range(6):
+        group = f"{topic}-{i}"
+        consumer = Consumer({"bootstrap.servers": bs, "group.id": group, "log_level": 0})
+        try:
+            consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        finally:
+            consumer.close()
+        assert kafka_cluster3.group_coordinator(group) == roles.leader_for_key(bs, roles.OFFSETS_TOPIC, group)
 
 
 # -- the kills -----------------------------------------------------------------------------------------------------
