@@ -57,8 +57,10 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	nice -n 19 $(BIN)/python bench/peers.py $(BENCH_ARGS)
 
-# Issue 12's Nexmark bench (docs/performance.md): q0 q1 q2 q5 q7 q8 exactly-once, 200k input events each, every
-# output checked against a plain-Python answer, ~7 min on 2 cores; `make bench-nexmark NEXMARK_ARGS="--events 20000"`.
+# Issue 23's Nexmark bench (docs/performance.md): q5 q7 q8 and a windowed word count through ethereal-kafka, Spark's
+# own engine and Flink (PyFlink SQL, its own virtualenv in the cache), 2M input events each, every output checked
+# against a plain-Python answer; over an hour on 2 cores. A smoke run:
+# `make bench-nexmark NEXMARK_ARGS="--events 30000 --queries q5 --systems ek,spark,flink-eos"`.
 NEXMARK_ARGS ?=
 bench-nexmark: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'

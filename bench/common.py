@@ -139,6 +139,8 @@ class TreeCpu(Periodic):
         #: CPU of the root and of the descendants it waited for, read from the exited root (`reap`): a lower bound
         #: that catches the last moments of children that exited between two samples.
         self.waited = 0.0
+        #: (monotonic time, the tree's RSS in bytes) of every sample.
+        self.rss_series: list[tuple[float, int]] = []
         self._lock = threading.Lock()
 
     def sample(self) -> None:
@@ -166,6 +168,7 @@ class TreeCpu(Periodic):
                     continue
                 self.seen[key] = max(self.seen.get(key, 0.0), times.user + times.system)
             self.peak_rss = max(self.peak_rss, rss)
+            self.rss_series.append((time.monotonic(), rss))
 
     def reap(self, process: subprocess.Popen[bytes], timeout_s: float) -> int | None:
         """Wait up to `timeout_s` for `process` (the root) to exit, take the last sample of the tree before it is
@@ -216,6 +219,17 @@ class TreeCpu(Periodic):
             if not alive or time.monotonic() >= deadline:
                 return alive
             time.sleep(0.1)
+
+    def rss_between(self, start: float, end: float, span_s: float = 5.0) -> tuple[float, float] | None:
+        """The tree's mean RSS over the first and over the last `span_s` seconds of the samples taken between
+        `start` and `end` (monotonic times), or None without samples there."""
+        with self._lock:
+            inside = [(t, rss) for t, rss in self.rss_series if start <= t <= end]
+        if not inside:
+            return None
+        head = [rss for t, rss in inside if t <= inside[0][0] + span_s]
+        tail = [rss for t, rss in inside if t >= inside[-1][0] - span_s]
+        return sum(head) / len(head), sum(tail) / len(tail)
 
     @property
     def seconds(self) -> float:

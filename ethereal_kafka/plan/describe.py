@@ -63,7 +63,7 @@ def describe_graph(
 
     Args:
         graph: The job graph the pipeline function built.
-        plans: The queries `plan.queries.group_sinks` made of it.
+        plans: The queries `plan.sink_groups.group_sinks` made of it.
         sources, sinks, tables: The job's connectors by name (tables: `KafkaTableConfig`s).
         guarantee: The job's delivery guarantee (shown on the sinks).
     """

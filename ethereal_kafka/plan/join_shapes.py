@@ -8,13 +8,14 @@ module; it imports neither.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
+from ethereal_kafka.plan.conform import ElementType
 from ethereal_kafka.plan.pyfuncs import UserFunctionError, user_then_hidden
 from ethereal_kafka.plan.schema import KEY, TS, arrow_of, arrow_struct, spark_struct
 from ethereal_kafka.plan.stream import Stream
@@ -137,7 +138,7 @@ class JoinFunctionStage:
     Attributes:
         label: The operator's name for messages.
         function: The user's function.
-        user_out: The output elements' fields (Arrow struct).
+        user_out: The output elements' fields (Arrow struct); each element must have exactly these (`conform`).
         hidden: The hidden columns carried from each joined row (`__ts`, `__key`), with their Arrow types.
     """
 
@@ -146,6 +147,10 @@ class JoinFunctionStage:
     user_out: pa.StructType
     hidden: tuple[str, ...]
     hidden_types: tuple[pa.DataType, ...]
+    element_type: ElementType = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "element_type", ElementType.of(self.user_out, self.label, "output"))
 
     @classmethod
     def build(cls, node: g.JoinNode, frame: DataFrame) -> JoinFunctionStage:
@@ -166,8 +171,14 @@ class JoinFunctionStage:
         return user_then_hidden(self.user_out, self.hidden, self.hidden_types)
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Apply the function to every joined row (runs in a Spark task)."""
+        """Apply the function to every joined row (runs in a Spark task).
+
+        Raises:
+            UserFunctionError: the function raised or returned something other than a dict.
+            OutputTypeError: an element does not fit `user_out` (the message names the pair's key).
+        """
         schema = self.output_schema()
+        shape = self.element_type
         for batch in batches:
             if batch.num_rows == 0:
                 continue
@@ -175,15 +186,14 @@ class JoinFunctionStage:
             n = batch.num_rows
             lefts = batch.column(names.index(LEFT)).to_pylist() if LEFT in names else [None] * n
             rights = batch.column(names.index(RIGHT)).to_pylist() if RIGHT in names else [None] * n
+            keys = batch.column(names.index(KEY)) if KEY in names else None
+
+            def where(row: int, keys: Any = keys) -> str:
+                key = keys[row].as_py() if keys is not None else None
+                return f"the joined pair {row} of its batch, key {key!r}"
+
             elements = [self._call(a, b) for a, b in zip(lefts, rights, strict=True)]
-            try:
-                user = pa.Table.from_pylist(elements, schema=pa.schema(list(self.user_out)))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
-                raise UserFunctionError(
-                    f"{self.label}: the join function returned an element that does not fit its output type "
-                    f"{pa.schema(list(self.user_out))}: {exc}"
-                ) from exc
-            columns = [user.column(f.name).combine_chunks() for f in self.user_out]
+            columns = shape.to_arrow(elements, lambda row, _: where(row))
             columns += [
                 batch.column(names.index(h)).cast(t)
                 for h, t in zip(self.hidden, self.hidden_types, strict=True)

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
+from ethereal_kafka.plan.conform import ElementType, source_topics
 from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.operators.base import OutputLayout, transform
 from ethereal_kafka.plan.schema import KEY, TAG, TS, arrow_of, arrow_struct, side_column
@@ -42,6 +43,26 @@ def resolve_time_mode(node: g.ProcessNode, stream: Stream) -> str:
             f"{node.label}: time_mode='event' needs event time: call assign_timestamps_and_watermarks before key_by"
         )
     return mode
+
+
+def event_time_bound(node: g.Node) -> int | None:
+    """The out-of-orderness bound (ms) of the one watermark strategy upstream of `node`, by which a process
+    function's watermark follows a key's elements within an epoch (`plan.operators.process`); None when there is no
+    strategy, or several (a union of separately watermarked streams, whose watermark Spark takes from the least —
+    or, with idleness, the most — advanced one: no single stream's elements can tell where it is)."""
+    found: dict[int, int] = {}
+    seen: set[int] = set()
+    pending = list(node.inputs)
+    while pending:
+        current = pending.pop()
+        if current.id in seen:
+            continue
+        seen.add(current.id)
+        if isinstance(current, g.WatermarkNode) and current.strategy is not None:
+            found[current.id] = current.strategy.out_of_orderness.millis
+            continue  # a strategy further up is replaced by this one
+        pending.extend(current.inputs)
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 def _input_struct(stream: Stream) -> pa.StructType:
@@ -109,6 +130,11 @@ def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Strea
         tuple(f.name for f in user),
         tuple(names),
         tuple(tuple(f.name for f in side) for side in sides),
+        ElementType.of(user, node.label, "output", defaulted=not node.output_type),
+        tuple(
+            ElementType.of(side, node.label, f"side output '{n}'")
+            for n, side in zip(names, sides, strict=True)
+        ),
     )
     schema = _output_schema(stream, user, list(zip(names, sides, strict=True)))
     spec = ProcessSpec(
@@ -119,6 +145,8 @@ def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Strea
         stream.key_fields or (),
         layout,
         tuple(schema.fieldNames()),
+        topics=source_topics(node, ctx.sources),
+        bound_ms=event_time_bound(node) if stream.watermarked else None,
     )
     _check_picklable(node.label, spec)
     frame = transform(stream.frame, KeyedProcessor(spec), schema, SPARK_TIME_MODES[mode])
@@ -178,10 +206,20 @@ def compile_rolling(ctx: CompileContext, node: g.RollingNode, inputs: list[Strea
             f"{node.label}: unknown rolling aggregate {node.kind!r} (expected {', '.join(KINDS)})"
         )
     user, key_names = _rolling_user(node, stream)
-    layout = OutputLayout(tuple(f.name for f in user))
+    defaulted = node.kind == "reduce" and not node.output_type
+    layout = OutputLayout(
+        tuple(f.name for f in user), main_type=ElementType.of(user, node.label, "output", defaulted=defaulted)
+    )
     schema = _output_schema(stream, user, [])
     spec = RollingSpec(
-        node.label, node.kind, node.function, node.field_name, key_names, layout, tuple(schema.fieldNames())
+        node.label,
+        node.kind,
+        node.function,
+        node.field_name,
+        key_names,
+        layout,
+        tuple(schema.fieldNames()),
+        topics=source_topics(node, ctx.sources),
     )
     _check_picklable(node.label, spec)
     frame = transform(stream.frame, RollingProcessor(spec), schema, "None")

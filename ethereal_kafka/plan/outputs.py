@@ -11,7 +11,7 @@ Sink `i` of a query reads `__k<i>` (key) and `__v<i>` (value); with several sink
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ import pyarrow as pa
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN
+from ethereal_kafka.plan.conform import describe_origin, source_topics
 from ethereal_kafka.plan.pyfuncs import PyStage, UserFunctionError
 from ethereal_kafka.plan.schema import (
     KEY,
@@ -59,7 +60,7 @@ def bind_sinks(ctx: CompileContext, plan: SinkGroup) -> tuple[DataFrame, tuple[K
         frame = stream.frame.select(key.alias("__k0"), *_order(stream.frame), value.alias("__v0"))
         return frame, (_columns(configs[0], 0),)
     fork = ctx.compile(plan.fork)
-    fanned = _fan_out(fork, plan.branches)
+    fanned = _fan_out(fork, plan.branches, ctx.sources)
     keys, values = [], []
     for i, (branch, config) in enumerate(zip(plan.branches, configs, strict=True)):
         fields = _branch_fields(fanned, i)
@@ -155,7 +156,7 @@ def _branch_fields(frame: DataFrame, index: int) -> list[str]:
     return [f.name for f in getattr(struct, "fields", [])]
 
 
-def _fan_out(fork: Stream, branches: tuple[Branch, ...]) -> DataFrame:
+def _fan_out(fork: Stream, branches: tuple[Branch, ...], sources: Mapping[str, Any]) -> DataFrame:
     """Rows of `fork` tagged with the sink(s) they go to, each with that branch's element in `__e<i>`."""
     from pyspark.sql import functions as F
 
@@ -184,7 +185,7 @@ def _fan_out(fork: Stream, branches: tuple[Branch, ...]) -> DataFrame:
         ]
         carried = [F.col(c) for c in (KEY, SEQ) if c in frame.columns]
         return exploded.select(F.col(SINK_INDEX_COLUMN), *carried, *elements)
-    stage = FanOut.build(fork, branches)
+    stage = FanOut.build(fork, branches, sources)
     return frame.mapInArrow(stage, spark_struct(stage.output_schema()))
 
 
@@ -202,8 +203,9 @@ class FanOut:
     sequenced: bool = False
 
     @classmethod
-    def build(cls, fork: Stream, branches: tuple[Branch, ...]) -> FanOut:
-        """Plan the fan-out of `fork` into `branches` (driver side)."""
+    def build(cls, fork: Stream, branches: tuple[Branch, ...], sources: Mapping[str, Any]) -> FanOut:
+        """Plan the fan-out of `fork` into `branches` (driver side; `sources`: the query's source configs by name,
+        which name the records' topics in messages)."""
         arrow = arrow_of(fork.frame.schema)
         specs = []
         for branch in branches:
@@ -219,9 +221,13 @@ class FanOut:
                     else current
                 )
                 assert op.function is not None
-                stages.append(
-                    PyStage(op.label, op.kind, op.function, tuple(f.name for f in current), out, (), ())
+                fields = tuple(f.name for f in current)
+                defaulted = not op.output_type and op.kind != "filter"
+                topics = source_topics(op, sources)
+                stage = PyStage(
+                    op.label, op.kind, op.function, fields, out, (), (), topics=topics, defaulted=defaulted
                 )
+                stages.append(stage)
                 current = out
             specs.append((branch.tag, tuple(stages), current))
         key_type = arrow.field(KEY).type if KEY in arrow.names else None
@@ -250,7 +256,7 @@ class FanOut:
                     start = (
                         row[side_column(tag)] if tag is not None else {f: row[f] for f in self.main_fields}
                     )
-                    for element in _run(stages, start):
+                    for element in _run(stages, start, row):
                         out[SINK_INDEX_COLUMN].append(i)
                         if self.key_type is not None:
                             out[KEY].append(row.get(KEY))
@@ -262,16 +268,25 @@ class FanOut:
                 yield pa.RecordBatch.from_pydict(out, schema=schema)
 
 
-def _run(stages: tuple[PyStage, ...], element: dict[str, Any]) -> list[dict[str, Any]]:
+def _run(stages: tuple[PyStage, ...], element: dict[str, Any], row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The elements a branch's stages make of `element` (each checked against its stage's output type; `row`: the
+    fork's row, whose source position, when it has one, names the record in messages)."""
+
+    def origin() -> str:
+        return describe_origin(stages[0].topics if stages else "", row.get(PART), row.get(OFFSET))
+
     elements = [element]
     for stage in stages:
         produced: list[dict[str, Any]] = []
         for item in elements:
             try:
-                produced += stage._call(item, [])
+                made = stage._call(item)
             except UserFunctionError:
                 raise
             except Exception as exc:
-                raise UserFunctionError(f"{stage.label} failed: {exc!r}") from exc
+                raise UserFunctionError(
+                    f"{stage.label} failed on the element from {origin()}: {exc!r}"
+                ) from exc
+            produced += [stage.conform(e, origin) for e in made]
         elements = produced
     return elements

@@ -9,20 +9,15 @@ unchanged (no shuffle), so a job made only of these stays partition-preserving.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.plan.conform import ElementType, FieldType, Mismatch, describe_origin
+from ethereal_kafka.plan.errors import OutputTypeError, UserFunctionError
 
-
-class UserFunctionError(EtherealKafkaError):
-    """A user function raised, or returned something that does not fit its declared output type.
-
-    Raised inside a Spark task; the message names the operator and the element's source partition and offset.
-    The query fails (the epoch is not committed) and is retried from the same offsets on restart.
-    """
+__all__ = ["OutputTypeError", "PyStage", "UserFunctionError", "as_element", "user_then_hidden"]
 
 
 def user_then_hidden(
@@ -44,6 +39,8 @@ class PyStage:
         user_out: The output's user fields, as an Arrow struct (for `filter`/`column`: the input's).
         hidden: The hidden columns, carried from each input row (for `column`: including `target`).
         target: For `column`: the hidden column to compute, and its Arrow type in `target_type`.
+        topics: The source topic(s) the elements come from, for messages (`conform.source_topics`).
+        defaulted: `user_out` is the input's type because the operator has no `output_type` (messages say so).
     """
 
     label: str
@@ -56,13 +53,30 @@ class PyStage:
     target: str = ""
     target_type: pa.DataType | None = None
     target_convert: Callable[[Any], Any] | None = None
+    topics: str = ""
+    defaulted: bool = False
+    element_type: ElementType = field(init=False, repr=False, compare=False)
+    target_field: FieldType = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Built once per stage (on the driver), so a batch checks its elements without per-field dispatch.
+        shape = ElementType.of(self.user_out, self.label, "output", self.defaulted)
+        object.__setattr__(self, "element_type", shape)
+        object.__setattr__(
+            self, "target_field", FieldType.of(self.target.strip("_") or "value", self.target_type)
+        )
 
     def output_schema(self) -> pa.Schema:
         """User fields, then hidden columns."""
         return user_then_hidden(self.user_out, self.hidden, self.hidden_types)
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Apply the function to every row of every batch (runs in a Spark task)."""
+        """Apply the function to every row of every batch (runs in a Spark task).
+
+        Raises:
+            UserFunctionError: the function raised (the message names the operator and the record).
+            OutputTypeError: an element it made does not fit `user_out` (see `conform`).
+        """
         schema = self.output_schema()
         for batch in batches:
             if batch.num_rows == 0:
@@ -70,56 +84,125 @@ class PyStage:
             yield self._apply(batch, schema)
 
     def _apply(self, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-        names = batch.schema.names
         elements = pa.Table.from_batches([batch.select(list(self.user_in))]).to_pylist()
-        rows: list[dict[str, Any]] = []
+        if self.kind in ("filter", "column"):
+            return self._keep(batch, elements, schema)
+        made: list[dict[str, Any]] = []
         sources: list[int] = []
-        computed: list[Any] = []
-        for i, element in enumerate(elements):
-            try:
-                produced = self._call(element, computed)
-            except UserFunctionError:
-                raise
-            except Exception as exc:
-                raise UserFunctionError(
-                    f"{self.label} failed on the element from {_origin(batch, i)}: {exc!r}"
-                ) from exc
-            for out in produced:
-                rows.append(out)
-                sources.append(i)
-        indices = pa.array(sources, pa.int64())
-        columns: list[pa.Array] = []
+        i = -1
+        # One handler around the loop (not a call per element): this is the per-record path.
         try:
-            user = pa.Table.from_pylist(rows, schema=pa.schema(list(self.user_out))) if rows else None
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            for i, element in enumerate(elements):
+                for out in self._call(element):
+                    made.append(out)
+                    sources.append(i)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
             raise UserFunctionError(
-                f"{self.label} returned an element that does not fit its output type "
-                f"{pa.schema(list(self.user_out))}: {exc}"
+                f"{self.label} failed on the element from {self.origin(batch, i)}: {exc!r}"
             ) from exc
-        for field in self.user_out:
-            columns.append(
-                user.column(field.name).combine_chunks() if user is not None else pa.array([], field.type)
-            )
+        columns = self.element_type.to_arrow(made, lambda index, _: self.origin(batch, sources[index]))
+        indices = pa.array(sources, pa.int64())
+        return pa.RecordBatch.from_arrays(columns + self._hidden(batch, indices, len(made)), schema=schema)
+
+    def _produce(self, element: dict[str, Any], batch: pa.RecordBatch, row: int) -> list[dict[str, Any]]:
+        try:
+            return self._call(element)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise UserFunctionError(
+                f"{self.label} failed on the element from {self.origin(batch, row)}: {exc!r}"
+            ) from exc
+
+    def _keep(
+        self, batch: pa.RecordBatch, elements: list[dict[str, Any]], schema: pa.Schema
+    ) -> pa.RecordBatch:
+        """`filter` and `column`: the input's user columns as they are (no element is made), the rows kept."""
+        names = batch.schema.names
+        if self.kind == "filter":
+            mask = pa.array([bool(self._produce(e, batch, i)) for i, e in enumerate(elements)], pa.bool_())
+            batch = batch.filter(mask)
+            computed: list[Any] = []
+        else:
+            computed = [self._compute(e, batch, i) for i, e in enumerate(elements)]
+            self._check_target(computed, batch)
+        columns = [batch.column(names.index(f.name)).cast(f.type) for f in self.user_out]
+        indices = pa.array(range(batch.num_rows), pa.int64())
+        return pa.RecordBatch.from_arrays(
+            columns + self._hidden(batch, indices, batch.num_rows, computed), schema=schema
+        )
+
+    def _compute(self, element: dict[str, Any], batch: pa.RecordBatch, row: int) -> Any:
+        try:
+            value = self.function(element)
+            return self.target_convert(value) if self.target_convert is not None else value
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise UserFunctionError(
+                f"{self.label} failed on the element from {self.origin(batch, row)}: {exc!r}"
+            ) from exc
+
+    def _check_target(self, computed: list[Any], batch: pa.RecordBatch) -> None:
+        """Every computed value (a key, an event time) must fit `target_type` (one pass over the column's types)."""
+        target = self.target_field
+        if target.exact is None or set(map(type, computed)) <= target.exact:
+            return
+        for row, value in enumerate(computed):
+            try:
+                target.check(value, target.name)
+            except Mismatch as bad:
+                raise OutputTypeError(
+                    f"{self.label}: {bad.detail}; element from {self.origin(batch, row)}"
+                ) from None
+
+    def _hidden(
+        self, batch: pa.RecordBatch, indices: pa.Array, count: int, computed: list[Any] | None = None
+    ) -> list[pa.Array]:
+        names = batch.schema.names
+        columns: list[pa.Array] = []
         for name, arrow_type in zip(self.hidden, self.hidden_types, strict=True):
             if self.kind == "column" and name == self.target:
-                columns.append(pa.array(computed, arrow_type))
+                columns.append(pa.array(computed or [], arrow_type))
             elif name in names:
                 columns.append(batch.column(names.index(name)).take(indices).cast(arrow_type))
             else:
-                columns.append(pa.nulls(len(rows), arrow_type))
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
+                columns.append(pa.nulls(count, arrow_type))
+        return columns
 
-    def _call(self, element: dict[str, Any], computed: list[Any]) -> list[dict[str, Any]]:
+    def _call(self, element: dict[str, Any]) -> list[dict[str, Any]]:
+        """The elements the function makes of `element` (`filter`: the element, or none)."""
         if self.kind == "map":
             return [as_element(self.function(element), self.label)]
         if self.kind == "filter":
             return [element] if self.function(element) else []
-        if self.kind == "flat_map":
-            produced = self.function(element)
-            return [] if produced is None else [as_element(e, self.label) for e in produced]
-        value = self.function(element)
-        computed.append(self.target_convert(value) if self.target_convert is not None else value)
-        return [element]
+        produced = self.function(element)
+        return [] if produced is None else [as_element(e, self.label) for e in produced]
+
+    def conform(self, element: dict[str, Any], origin: Callable[[], str]) -> dict[str, Any]:
+        """`element` (made by `_call`) after checking it against `user_out` (per element: the fan-out path).
+
+        Raises:
+            OutputTypeError: it does not fit (the message names `origin()`).
+        """
+        if self.kind == "filter":
+            return element
+        try:
+            self.element_type.values(element)
+        except Mismatch as bad:
+            raise self.element_type.error(bad, origin(), element) from None
+        return element
+
+    def origin(self, batch: pa.RecordBatch, row: int) -> str:
+        """Where row `row` of `batch` came from (topic, partition and offset when the batch carries them)."""
+        names = batch.schema.names
+        if "__part" in names and "__off" in names:
+            part = batch.column(names.index("__part"))[row].as_py()
+            offset = batch.column(names.index("__off"))[row].as_py()
+            return describe_origin(self.topics, part, offset)
+        return f"row {row} of its batch"
 
 
 def as_element(value: Any, label: str) -> dict[str, Any]:
@@ -134,10 +217,3 @@ def as_element(value: Any, label: str) -> dict[str, Any]:
     if callable(as_dict):
         return dict(as_dict())
     raise UserFunctionError(f"{label} must return dicts (field -> value), got {type(value).__name__}")
-
-
-def _origin(batch: pa.RecordBatch, row: int) -> str:
-    names = batch.schema.names
-    if "__part" in names and "__off" in names:
-        return f"partition {batch.column(names.index('__part'))[row]} offset {batch.column(names.index('__off'))[row]}"
-    return f"row {row} of its batch"

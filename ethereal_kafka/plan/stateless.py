@@ -11,6 +11,7 @@ import pyarrow as pa
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.watermarks import DEFAULT_TIMESTAMP_FIELD
+from ethereal_kafka.plan.conform import source_topics
 from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.outputs import side_output
 from ethereal_kafka.plan.pyfuncs import PyStage
@@ -62,6 +63,8 @@ def compile_map(ctx: CompileContext, node: g.MapNode, inputs: list[Stream]) -> S
         user_out,
         tuple(hidden),
         tuple(arrow.field(h).type for h in hidden),
+        topics=source_topics(node, ctx.sources),
+        defaulted=node.kind != "filter" and node.output_type is None,
     )
     frame = stream.frame.mapInArrow(stage, spark_struct(stage.output_schema()))
     return stream.with_frame(keep_event_time(stream.frame, frame))
@@ -121,7 +124,13 @@ def compile_watermark(ctx: CompileContext, node: g.WatermarkNode, inputs: list[S
     strategy = node.strategy
     if strategy.timestamp_assigner is not None:
         frame = _computed(
-            stream, node.label, strategy.timestamp_assigner, TS, pa.timestamp("us", tz="UTC"), _ms_to_datetime
+            stream,
+            node.label,
+            strategy.timestamp_assigner,
+            TS,
+            pa.timestamp("us", tz="UTC"),
+            _ms_to_datetime,
+            source_topics(node, ctx.sources),
         )
     else:
         name = strategy.timestamp_field
@@ -164,7 +173,13 @@ def _ms_to_datetime(value: Any) -> Any:
 
 
 def _computed(
-    stream: Stream, label: str, function: Any, target: str, arrow_type: pa.DataType, convert: Any = None
+    stream: Stream,
+    label: str,
+    function: Any,
+    target: str,
+    arrow_type: pa.DataType,
+    convert: Any = None,
+    topics: str = "",
 ) -> DataFrame:
     """Compute hidden column `target` per element with a Python function (mapInArrow)."""
     arrow = arrow_of(stream.frame.schema)
@@ -181,6 +196,7 @@ def _computed(
         target=target,
         target_type=arrow_type,
         target_convert=convert,
+        topics=topics,
     )
     return keep_event_time(stream.frame, stream.frame.mapInArrow(stage, spark_struct(stage.output_schema())))
 
@@ -193,7 +209,8 @@ def compile_key_by(ctx: CompileContext, node: g.KeyByNode, inputs: list[Stream])
     (stream,) = inputs
     if node.selector is not None:
         key_type = arrow_struct(f"k {node.key_type}", node.label).field("k").type
-        frame = _computed(stream, node.label, node.selector, KEY, key_type)
+        topics = source_topics(node, ctx.sources)
+        frame = _computed(stream, node.label, node.selector, KEY, key_type, topics=topics)
         return stream.with_frame(frame, key_fields=())
     missing = [f for f in node.fields if f not in stream.fields]
     if missing:

@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.admission import (
+    FIXED_COST_HEADROOM,
     HISTORY,
+    STATEFUL_FIXED_COST_HEADROOM,
     AdmissionSettings,
     CostModel,
     Observation,
@@ -51,13 +53,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def admission_settings(job: JobConfig, source: KafkaSourceConfig) -> AdmissionSettings:
+def admission_settings(
+    job: JobConfig, source: KafkaSourceConfig, stateful: bool = False
+) -> AdmissionSettings:
     """The sizing bounds of `source` in `job`: the job's target and bounds, the source's `max.records.per.epoch`
-    (when set) lowering the maximum (and the minimum with it)."""
+    (when set) lowering the maximum (and the minimum with it); a stateful query's epochs get the larger headroom
+    over their fixed cost (`STATEFUL_FIXED_COST_HEADROOM`)."""
     ceiling = job.epoch_max_records
     if source.max_records_per_epoch > 0:
         ceiling = min(ceiling, source.max_records_per_epoch)
-    return AdmissionSettings(job.epoch_target, min(job.epoch_min_records, ceiling), ceiling)
+    headroom = STATEFUL_FIXED_COST_HEADROOM if stateful else FIXED_COST_HEADROOM
+    return AdmissionSettings(job.epoch_target, min(job.epoch_min_records, ceiling), ceiling, headroom)
 
 
 def sized_source(job: JobConfig, source: KafkaSourceConfig) -> dict[str, object]:
@@ -105,12 +111,12 @@ class EpochSizer:
         """
         if self.job.epoch_sizing != "adaptive":
             return
-        for query in coordinator.queries:
+        for query, shape in coordinator.queries.items():
             for source in coordinator.query_sources(query):
                 path = budget_path(source)
                 if path is None:
                     continue
-                settings = admission_settings(self.job, source)
+                settings = admission_settings(self.job, source, shape.stateful)
                 budget = settings.clamp(read_budget(path) or settings.min_records)
                 entry = _Sized(query, source, path, settings, budget)
                 entry.history.extend(read_history(path))

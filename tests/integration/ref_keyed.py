@@ -1,7 +1,8 @@
 """Plain-Python references of the keyed-operator tests, written from the documented semantics (they do not call the
 operator code): per key, epoch by epoch — due timers, the epoch's elements in (event time, partition, offset)
-order, then timers that became due — with the watermark and processing time of each epoch taken from the epochs
-Spark logged (the watermark is also recomputed from the data and checked against the log).
+order, each preceded by the event-time timers the key's watermark passes as it follows them (max(W, event time -
+bound - 1 ms)), then timers that became due — with the watermark and processing time of each epoch taken from the
+epochs Spark logged (the watermark is also recomputed from the data and checked against the log).
 """
 
 from __future__ import annotations
@@ -148,11 +149,15 @@ def slot_timers(
             )
 
     for events, epoch in zip(split, epochs, strict=True):
-        wm = epoch.watermark_ms
-        users = sorted({e.user for e in events} | {u for u, t in timers.items() if any(x <= wm for x in t)})
+        w = epoch.watermark_ms
+        users = sorted({e.user for e in events} | {u for u, t in timers.items() if any(x <= w for x in t)})
         for user in users:
+            wm = w
             fire(user, wm)
             for e in (e for e in events if e.user == user):
+                if e.ts - BOUND_MS - 1 > wm:  # the key's watermark follows its elements (before each one)
+                    wm = e.ts - BOUND_MS - 1
+                    fire(user, wm)
                 total[user] += e.amount
                 at = (e.ts // SLOT_MS + 1) * SLOT_MS
                 if e.amount % 7 == 0:

@@ -37,6 +37,10 @@ TOLERANCE = 0.1
 #: When an epoch's fixed cost alone comes near the target, the sizer aims at this multiple of the fixed cost
 #: instead: shrinking epochs whose time is mostly fixed cost would only multiply that cost.
 FIXED_COST_HEADROOM = 1.5
+#: The same for a stateful query (windows, joins, keyed state): its fixed cost per epoch is larger (two stages, a
+#: shuffle, the state store's commit) and its output waits for windows and watermarks of seconds anyway, so while a
+#: backlog waits its epochs are sized for the fixed cost to be at most a quarter of an epoch.
+STATEFUL_FIXED_COST_HEADROOM = 4.0
 #: Two epochs tell the per-record cost apart from the fixed cost only when their sizes differ at least this much.
 SIZE_SPREAD = 0.25
 #: Epochs remembered per source for the fixed-cost estimate.
@@ -66,11 +70,14 @@ class AdmissionSettings:
         target_ms: The epoch duration (the coordinator's `foreachBatch` → commit time) aimed at.
         min_records: The least budget (and the first epoch's).
         max_records: The largest budget (the source's `max.records.per.epoch`).
+        fixed_cost_headroom: The multiple of the fixed cost per epoch aimed at when that is above the target
+            (`FIXED_COST_HEADROOM`; `STATEFUL_FIXED_COST_HEADROOM` for stateful queries).
     """
 
     target_ms: int
     min_records: int
     max_records: int
+    fixed_cost_headroom: float = FIXED_COST_HEADROOM
 
     def clamp(self, records: float) -> int:
         """`records` within `[min_records, max_records]`."""
@@ -118,11 +125,11 @@ def cost_model(history: Sequence[Observation], min_records: int = 0) -> CostMode
 
 
 def aimed_ms(settings: AdmissionSettings, model: CostModel | None) -> int:
-    """The duration the sizer aims at: the target, or `FIXED_COST_HEADROOM` x the fixed cost when that is more
-    (a target below what an epoch costs anyway cannot be met by admitting fewer records)."""
+    """The duration the sizer aims at: the target, or the settings' `fixed_cost_headroom` x the fixed cost when that
+    is more (a target below what an epoch costs anyway cannot be met by admitting fewer records)."""
     if model is None:
         return settings.target_ms
-    return max(settings.target_ms, math.ceil(FIXED_COST_HEADROOM * model.fixed_ms))
+    return max(settings.target_ms, math.ceil(settings.fixed_cost_headroom * model.fixed_ms))
 
 
 def next_budget(

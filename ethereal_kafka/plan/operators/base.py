@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
+from ethereal_kafka.plan.conform import ElementType
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, SEQ, TS, is_hidden
 
 if TYPE_CHECKING:
@@ -59,26 +60,57 @@ class OutputLayout:
         fields: The main output's user fields.
         tags: Side output names, in column order.
         tag_fields: For each tag, its user fields.
+        main_type: What the main output's elements must be (see `plan.conform`); default: its field names, any
+            values.
+        tag_types: The same for each tag.
     """
 
     fields: tuple[str, ...]
     tags: tuple[str, ...] = ()
     tag_fields: tuple[tuple[str, ...], ...] = ()
+    main_type: ElementType | None = None
+    tag_types: tuple[ElementType, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.main_type is None:
+            object.__setattr__(self, "main_type", ElementType.names_only(self.fields))
+        if not self.tag_types:
+            types = tuple(
+                ElementType.names_only(names, what=f"side output '{tag}'")
+                for tag, names in zip(self.tags, self.tag_fields, strict=True)
+            )
+            object.__setattr__(self, "tag_types", types)
 
     def main(self, element: dict[str, Any], ts: Any, key: Any) -> tuple[Any, ...]:
-        """A main-output row."""
-        values = [element.get(f) for f in self.fields]
+        """A main-output row.
+
+        Raises:
+            Mismatch: `element` does not fit the main output's type (the operator names where it came from).
+        """
+        assert self.main_type is not None
+        values = self.main_type.values(element)
         tail: list[Any] = [ts, key]
         if self.tags:
             tail += [None] + [None] * len(self.tags)
         return (*values, *tail)
 
     def side(self, tag: str, element: dict[str, Any], ts: Any, key: Any) -> tuple[Any, ...]:
-        """A row of side output `tag` (main fields null)."""
+        """A row of side output `tag` (main fields null).
+
+        Raises:
+            Mismatch: `element` does not fit the tag's type.
+        """
         index = self.tags.index(tag)
         sides: list[Any] = [None] * len(self.tags)
-        sides[index] = tuple(element.get(f) for f in self.tag_fields[index])
+        sides[index] = self.tag_types[index].values(element)
         return (*([None] * len(self.fields)), ts, key, tag, *sides)
+
+    def type_of(self, tag: str | None) -> ElementType:
+        """The element type of the main output (None) or of side output `tag`."""
+        if tag is None:
+            assert self.main_type is not None
+            return self.main_type
+        return self.tag_types[self.tags.index(tag)]
 
 
 def strip_watermark(frame: DataFrame) -> DataFrame:

@@ -1,27 +1,35 @@
 """The process-function operator: a user's `KeyedProcessFunction` on Spark's transformWithState.
 
-Per key and epoch (W = the epoch's watermark, P = its processing time, the logged batch timestamp):
+Per key and epoch (W = the epoch's watermark, P = its processing time, the logged batch timestamp, B = the
+out-of-orderness bound of the input's watermark strategy):
 
 1. **Timers first**: every timer that is due fires, in time order — event-time timers at or before W, then
    processing-time timers at or before P — including timers `on_timer` registers that are already due (Flink
    fires those in the same watermark advance);
-2. the key's **elements** of the epoch, in `element_order` (event time, source partition, offset, content). Late
+2. the key's **elements** of the epoch, in `element_order` (event time, source partition, offset, content). Before
+   each element e the key's watermark moves to max(W, e's event time - B - 1 ms) — the watermark a stream in
+   event-time order has once it reaches e (Flink's formula) — and the event-time timers it passes fire, in time
+   order, with those their `on_timer` registers that are due too. `current_watermark()` is that watermark. Late
    elements are not dropped: a process function sees every element (`ctx.timestamp()` tells how old it is);
-3. timers that became due during the elements fire (a timer registered at or before W).
+3. timers that became due during the elements fire (a timer registered at or before the key's watermark).
 
 Keys without elements in the epoch get steps 1 and 3 when Spark calls their expired timers (after every key's
-elements — which cannot change what a key sees, state being per key). This is Flink's order when the watermark W
-arrives before the epoch's elements, which is what Spark's watermark is (computed from the epochs before).
+elements — which cannot change what a key sees, state being per key). The watermark a key reaches in step 2 never
+passes the one Spark computes for the next epoch (the largest event time read so far minus B), so nothing fires
+twice or backwards. Everything here is a pure function of the key's state, its elements, W and P, all fixed by
+Spark's offset log: a replayed epoch fires the same timers at the same places. Without a known bound (no watermark
+strategy upstream, or several), step 2 does not move the watermark: timers fire at W only.
 
 Time modes (one per operator, Spark's rule): `event` runs Spark's EventTime mode — event-time timers are Spark
 timers; processing-time timers raise `KeyedStateError` at registration, since epochs only run when data arrives.
 `processing` runs ProcessingTime mode — Spark runs an epoch every trigger interval even without data, so
 processing-time timers fire on time; event-time timers are emulated by polling (see `timers`), which needs a
-watermarked input. `auto` is `event` on a watermarked stream, else `processing`.
+watermarked input. `auto` is `event` on a watermarked stream, else `processing`. Processing time does not move
+within an epoch: processing-time timers fire at P only (steps 1 and 3).
 
-Outputs: main elements (dicts of the main output's fields; missing fields are null, others are dropped) with the
-element's event time (an element's output) or the timer's time (an event-time timer's output; a processing-time
-timer's output has none), and side outputs via `ctx.output(tag, value)` in `__tag`/`__side_<tag>`.
+Outputs: main elements (dicts of exactly the main output's fields, checked by `plan.conform`) with the element's
+event time (an element's output) or the timer's time (an event-time timer's output; a processing-time timer's output
+has none), and side outputs via `ctx.output(tag, value)` in `__tag`/`__side_<tag>`.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from ethereal_kafka.api.functions import KeyedContext, TimerService
 from ethereal_kafka.api.tags import OutputTag
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.plan.conform import Mismatch, describe_origin
 from ethereal_kafka.plan.operators.base import OutputLayout, millis, sorted_rows, timestamp, user_element
 from ethereal_kafka.plan.operators.keyed_state import (
     CELL,
@@ -63,8 +72,11 @@ class ProcessSpec:
         mode: `event` or `processing` (already resolved from `auto`).
         event_time: The input is watermarked (event-time timers allowed).
         key_fields: The key's fields (a struct key's order), empty for a selector key.
-        layout: The output rows' user fields and side outputs.
+        layout: The output rows' user fields and side outputs, with the types their elements must have.
         columns: Every output column, in order (user fields, `__ts`, `__key`, then `__tag` and side columns).
+        topics: The source topic(s) of the elements, for messages.
+        bound_ms: The input's out-of-orderness bound B, by which a key's watermark follows its elements within an
+            epoch (see the module docstring); None: unknown, timers fire at the epoch's watermark only.
     """
 
     label: str
@@ -74,6 +86,8 @@ class ProcessSpec:
     key_fields: tuple[str, ...]
     layout: OutputLayout
     columns: tuple[str, ...]
+    topics: str = ""
+    bound_ms: int | None = None
 
 
 def user_key(value: Any, key_fields: tuple[str, ...]) -> Any:
@@ -91,13 +105,21 @@ class _Call:
     """One call of the operator for one key: clocks, the key, the rows it produces."""
 
     def __init__(self, watermark: int, now: int, book: TimerBook, stored: bool) -> None:
-        self.watermark = watermark
+        self.epoch_watermark = watermark  # Spark's, for the whole epoch (the TTL cleanup timer follows it)
+        self.watermark = watermark  # the key's: moves with its elements (step 2 of the module docstring)
         self.now = now
         self.book = book
         self.stored = stored  # the key had a book in the state store before this call
         self.rows: list[tuple[Any, ...]] = []
         self.ts: Any = None  # the current element's or timer's `__ts`
         self.timestamp: int | None = None  # the same, in ms, for ctx.timestamp()
+        self.row: dict[str, Any] | None = None  # the current element's row; None in on_timer
+
+    def origin(self, spec: ProcessSpec) -> str:
+        """Where the current element came from, or which timer is firing (for messages)."""
+        if self.row is not None:
+            return describe_origin(spec.topics, self.row.get(PART), self.row.get(OFFSET))
+        return f"the timer at {self.timestamp} of key {user_key(self.book.key, spec.key_fields)!r}"
 
 
 class _Context(KeyedContext, TimerService):
@@ -126,7 +148,13 @@ class _Context(KeyedContext, TimerService):
                 "process(..., side_outputs=[tag])"
             )
         element = as_element(value, self._spec.label)
-        self._call.rows.append(self._spec.layout.side(name, element, self._call.ts, self._call.book.key))
+        call, layout = self._call, self._spec.layout
+        try:
+            row = layout.side(name, element, call.ts, call.book.key)
+        except Mismatch as bad:
+            shape = layout.type_of(name)
+            raise shape.error(bad, call.origin(self._spec), element, self._spec.label) from None
+        call.rows.append(row)
 
     # -- TimerService --------------------------------------------------------------------------------------------
     def current_watermark(self) -> int:
@@ -192,10 +220,16 @@ class KeyedProcessor(StatefulProcessor):
         call = self._begin(timerValues, book, raw is not None)
         context = _Context(self._spec, call)
         self._fire_due(call, context)
+        bound = self._spec.bound_ms
         for row in ordered:
-            call.ts = row.get(TS)
-            call.timestamp = millis(call.ts) if call.ts is not None else None
+            stamp = row.get(TS)
+            if bound is not None and stamp is not None:
+                self._advance(call, context, millis(stamp) - bound - 1)
+            call.ts = stamp
+            call.timestamp = millis(stamp) if stamp is not None else None
+            call.row = row
             self._run(self._spec.function.process_element, user_element(row), context, call, row)
+            call.row = None
         self._fire_due(call, context)
         return self._finish(call)
 
@@ -219,6 +253,12 @@ class KeyedProcessor(StatefulProcessor):
         self._scope.begin(now)
         return _Call(int(timer_values.getCurrentWatermarkInMs()), now, book, stored)
 
+    def _advance(self, call: _Call, context: _Context, watermark: int) -> None:
+        """Move the key's watermark to `watermark` (never back) and fire the timers it passes."""
+        if watermark > call.watermark:
+            call.watermark = watermark
+            self._fire_due(call, context)
+
     def _fire_due(self, call: _Call, context: _Context) -> None:
         book = call.book
         for _ in range(MAX_FIRINGS):
@@ -235,7 +275,7 @@ class KeyedProcessor(StatefulProcessor):
                 f"{self._spec.label}: on_timer registered due timers {MAX_FIRINGS} times in a row for key "
                 f"{context.get_current_key()!r}; register timers after the current time"
             )
-        threshold = call.watermark if self._spec.mode == EVENT else call.now
+        threshold = call.epoch_watermark if self._spec.mode == EVENT else call.now
         if book.cleanup_due(threshold):
             book.disarm_cleanup()
             self._scope.note(self._runtime.sweep())
@@ -243,10 +283,15 @@ class KeyedProcessor(StatefulProcessor):
     def _run(
         self, method: Any, argument: Any, context: _Context, call: _Call, row: dict[str, Any] | None
     ) -> None:
-        layout = self._spec.layout
+        spec = self._spec
+        layout = spec.layout
         try:
             for value in _outputs(method(argument, context)):
-                call.rows.append(layout.main(as_element(value, self._spec.label), call.ts, call.book.key))
+                element = as_element(value, spec.label)
+                try:
+                    call.rows.append(layout.main(element, call.ts, call.book.key))
+                except Mismatch as bad:
+                    raise layout.type_of(None).error(bad, call.origin(spec), element, spec.label) from None
         except EtherealKafkaError:
             raise
         except Exception as exc:
@@ -256,14 +301,14 @@ class KeyedProcessor(StatefulProcessor):
                 else f"timer {argument}"
             )
             raise UserFunctionError(
-                f"{self._spec.label} failed for key {context.get_current_key()!r} ({where}): {exc!r}"
+                f"{spec.label} failed for key {context.get_current_key()!r} ({where}): {exc!r}"
             ) from exc
 
     def _finish(self, call: _Call) -> Iterator[Any]:
         book = call.book
         mode = self._spec.mode
         if self._scope.earliest is not None:
-            book.arm_cleanup(self._scope.earliest, mode, call.watermark, call.now)
+            book.arm_cleanup(self._scope.earliest, mode, call.epoch_watermark, call.now)
         book.plan_poll(mode, call.now)
         book.sync(mode, self._handle.registerTimer, self._handle.deleteTimer)
         if book.is_empty():

@@ -25,6 +25,7 @@ from typing import Any
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.plan.conform import Mismatch, describe_origin
 from ethereal_kafka.plan.operators.base import PICKLED, OutputLayout, sorted_rows, user_element
 from ethereal_kafka.plan.operators.keyed_state import dumps, loads
 from ethereal_kafka.plan.pyfuncs import UserFunctionError, as_element
@@ -43,8 +44,9 @@ class RollingSpec:
         function: The ReduceFunction's method / callable (`reduce`) or the AggregateFunction (`aggregate`).
         field_name: The aggregated field (`sum`/`min`/`max`).
         key_names: `aggregate`: the output fields holding the key (its fields, or `key`).
-        layout: The output rows' user fields.
+        layout: The output rows' user fields, with the type their elements must have.
         columns: Every output column, in order (user fields, `__ts`, `__key`).
+        topics: The source topic(s) of the elements, for messages.
     """
 
     label: str
@@ -54,6 +56,7 @@ class RollingSpec:
     key_names: tuple[str, ...]
     layout: OutputLayout
     columns: tuple[str, ...]
+    topics: str = ""
 
 
 def fold(spec: RollingSpec, accumulator: Any, element: dict[str, Any]) -> Any:
@@ -127,7 +130,12 @@ class RollingProcessor(StatefulProcessor):
                     f"{spec.label} failed on the element from partition {row.get(PART)} offset {row.get(OFFSET)}: "
                     f"{exc!r}"
                 ) from exc
-            out.append(self._row(*spec.layout.main(element, row.get(TS), row.get(KEY))))
+            try:
+                values = spec.layout.main(element, row.get(TS), row.get(KEY))
+            except Mismatch as bad:
+                origin = describe_origin(spec.topics, row.get(PART), row.get(OFFSET))
+                raise spec.layout.type_of(None).error(bad, origin, element, spec.label) from None
+            out.append(self._row(*values))
         if out:
             self._state.update((dumps(accumulator),))
         return iter(out)

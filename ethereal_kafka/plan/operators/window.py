@@ -18,7 +18,7 @@ compiled stream then puts the key fields first (`plan.stream.key_columns`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -26,6 +26,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.windows import TimeWindow
+from ethereal_kafka.plan.conform import ElementType, Mismatch
 from ethereal_kafka.plan.operators.base import (
     PickledMap,
     millis,
@@ -42,6 +43,7 @@ from ethereal_kafka.plan.schema import (
     SEQ,
     TAG,
     TS,
+    arrow_of,
     arrow_struct,
     side_column,
     spark_struct,
@@ -77,6 +79,8 @@ class WindowPlan:
         columns: The operator's output columns, in order.
         late_tag: The late-data side output's name, or None.
         event_time: The input has `__ts` and a watermark (EventTime mode, timers).
+        result_type: What each result element must be (`plan.conform`); default: the `results` names, any
+            values, the key fields allowed (they are taken from the key).
     """
 
     window: WindowSpec
@@ -86,6 +90,14 @@ class WindowPlan:
     columns: tuple[str, ...]
     late_tag: str | None
     event_time: bool
+    result_type: ElementType | None = None
+
+    def __post_init__(self) -> None:
+        if self.result_type is None:
+            shape = ElementType.names_only(self.results, self.function.label, "result")
+            object.__setattr__(
+                self, "result_type", replace(shape, ignored=frozenset(self.function.key_names))
+            )
 
 
 def compile_framework_window(ctx: CompileContext, node: g.WindowNode, stream: Stream) -> Stream:
@@ -115,6 +127,8 @@ def compile_framework_window(ctx: CompileContext, node: g.WindowNode, stream: St
 
 def _plan(node: g.WindowNode, stream: Stream, window: WindowSpec) -> tuple[WindowPlan, StructType]:
     """The executor-side plan and the operator's output schema."""
+    from pyspark.sql.types import StructType
+
     function, result_schema = _function(node, stream, window)
     key_names = stream.key_fields or ("key",)
     result_fields = [f for f in result_schema.fields if f.name not in key_names]
@@ -124,7 +138,13 @@ def _plan(node: g.WindowNode, stream: Stream, window: WindowSpec) -> tuple[Windo
     schema = _output_schema(stream, window, result_fields, late)
     event_time = stream.watermarked and TS in stream.frame.columns
     results = tuple(f.name for f in result_fields)
-    return WindowPlan(window, function, stream.fields, results, tuple(schema.names), late, event_time), schema
+    arrow = arrow_of(StructType(result_fields))
+    defaulted = node.function is not None and node.function.kind == "reduce" and not node.function.output_type
+    result_type = ElementType.of(arrow, node.label, "result", defaulted, ignored=key_names)
+    plan = WindowPlan(
+        window, function, stream.fields, results, tuple(schema.names), late, event_time, result_type
+    )
+    return plan, schema
 
 
 def _run(stream: Stream, plan: WindowPlan, schema: StructType) -> DataFrame:
@@ -264,13 +284,20 @@ class WindowProcessor(StatefulProcessor):
                 self.handle.deleteTimer(at)
 
     def _main_row(self, key: Any, pane: Pane, result: dict[str, Any]) -> Any:
+        shape = self.plan.result_type
+        assert shape is not None
+        try:
+            fields = shape.values(result)
+        except Mismatch as bad:
+            where = f"the window [{pane.start}, {pane.end}) of key {key!r}"
+            raise shape.error(bad, where, result) from None
         values: list[Any] = []
         if self.plan.window.timed:
             values += [timestamp(pane.start), timestamp(pane.end)]
             ts = timestamp(pane.end - 1)
         else:
             ts = timestamp(pane.last) if self.plan.event_time and pane.last > _NO_TIME else None
-        values += [result.get(f) for f in self.plan.results]
+        values += fields
         values += [ts, key]
         if self.plan.late_tag is not None:
             values += [None, None]

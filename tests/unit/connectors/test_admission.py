@@ -17,6 +17,7 @@ from ethereal_kafka.connectors.kafka.admission import (
     FIXED_COST_HEADROOM,
     HISTORY,
     RAMP_GROWTH_LIMIT,
+    STATEFUL_FIXED_COST_HEADROOM,
     STEP_CEILING,
     AdmissionSettings,
     CostModel,
@@ -248,3 +249,10 @@ def test_adaptive_sizing_without_a_maximum_still_gives_spark_a_row_limit(tmp_pat
     assert KafkaStreamReader(SourceLayout.from_config(config)).getDefaultReadLimit() == ReadMaxRows(
         _UNLIMITED_ROWS
     )
+
+
+def test_the_aim_over_the_fixed_cost_follows_the_settings_headroom() -> None:
+    stateful = dataclasses.replace(SETTINGS, fixed_cost_headroom=STATEFUL_FIXED_COST_HEADROOM)
+    assert aimed_ms(SETTINGS, CostModel(600.0)) == max(1000, math.ceil(FIXED_COST_HEADROOM * 600))
+    assert aimed_ms(stateful, CostModel(600.0)) == 2400
+    assert aimed_ms(stateful, CostModel(200.0)) == 1000, "a cheap epoch keeps the target"

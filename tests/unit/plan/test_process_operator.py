@@ -229,3 +229,99 @@ def test_a_method_may_return_one_dict_a_list_or_nothing() -> None:
     out = run_epoch(processor, store, [_row("g", 1, 0, 1), _row("g", 2, 1, 2), _row("g", 3, 2, 3)], 0, 1)
     assert _main(out) == [("g", "one", 1), ("g", "list", 2)]
     assert ("_ek_timers", "g") not in store.values, "a key without timers stores no book"
+
+
+# -- event-time timers interleaved with a key's elements (issue 24, item 2) ----------------------------------------
+BOUND = 5_000
+
+
+class Slots(KeyedProcessFunction):
+    """Each element asks for a timer 10 s after it; elements and timers report the watermark they saw."""
+
+    def process_element(self, value: dict[str, Any], ctx: KeyedContext) -> Any:
+        timers = ctx.timer_service()
+        timers.register_event_time_timer(ctx.timestamp() + 10_000)
+        yield {
+            "user": value["user"],
+            "what": f"element wm={timers.current_watermark()}",
+            "at": ctx.timestamp(),
+        }
+
+    def on_timer(self, timestamp: int, ctx: KeyedContext) -> Any:
+        wm = ctx.timer_service().current_watermark()
+        yield {"user": ctx.get_current_key(), "what": f"timer wm={wm}", "at": timestamp}
+
+
+def _bounded(function: KeyedProcessFunction, mode: str = "event") -> tuple[KeyedProcessor, FakeStore]:
+    layout = OutputLayout(("user", "what", "at"), ("alerts",), (("user", "n"),))
+    spec = ProcessSpec("process#3", function, mode, True, ("user",), layout, COLUMNS, bound_ms=BOUND)
+    store = FakeStore()
+    processor = KeyedProcessor(spec)
+    processor.init(FakeHandle(store))
+    return processor, store
+
+
+def test_a_keys_event_time_timers_fire_between_its_elements_as_the_watermark_advances_with_them() -> None:
+    processor, store = _bounded(Slots())
+    # One epoch (W = 0): before each element the watermark is max(W, its event time - bound - 1 ms).
+    rows = [_row("a", 30_000, 2), _row("a", 1_000, 0), _row("a", 12_000, 1), _row("b", 40_000, 3)]
+    out = run_epoch(processor, store, rows, watermark=0, now=1)
+    assert _main(out) == [
+        ("a", "element wm=0", 1_000),
+        ("a", "element wm=6999", 12_000),
+        ("a", "timer wm=24999", 11_000),
+        ("a", "timer wm=24999", 22_000),
+        ("a", "element wm=24999", 30_000),
+        ("b", "element wm=34999", 40_000),  # another key's elements never move this key's watermark
+    ]
+    # Next epoch (Spark's watermark: 40 s - bound = 35 s): the element at 46 s moves a's watermark past 40 s first.
+    out = run_epoch(processor, store, [_row("a", 46_000, 4)], watermark=35_000, now=2)
+    assert _main(out) == [("a", "timer wm=40999", 40_000), ("a", "element wm=40999", 46_000)]
+    assert store.timers == {"a": {56_000}, "b": {50_000}}
+
+
+def test_interleaving_gives_the_same_firings_on_any_split_of_ordered_input_and_on_replay() -> None:
+    import copy
+
+    times = [1_000, 4_000, 9_000, 17_000, 23_000, 24_000, 41_000, 52_000, 53_000, 70_000]
+    rows = [_row("a", ts, i) for i, ts in enumerate(times)]
+
+    def run(cuts: list[int]) -> list[tuple[str, str, int]]:
+        processor, store = _bounded(Slots())
+        out: list[dict[str, Any]] = []
+        watermark, start = 0, 0
+        for end in [*cuts, len(rows)]:
+            out += run_epoch(processor, store, rows[start:end], watermark=watermark, now=1)
+            watermark = max(watermark, times[end - 1] - BOUND)
+            start = end
+        return [(u, what.split(" ")[0], at) for u, what, at in _main(out)]
+
+    whole = run([])
+    assert ("a", "timer", 11_000) in whole and whole.index(("a", "timer", 11_000)) < whole.index(
+        ("a", "element", 17_000)
+    )
+    for cuts in ([1], [3, 6], [2, 4, 5, 8], list(range(1, 10))):
+        assert run(cuts) == whole, cuts
+    # A replayed epoch (the same state, rows and clocks) emits exactly the same rows.
+    processor, store = _bounded(Slots())
+    run_epoch(processor, store, rows[:4], watermark=0, now=1)
+    saved = copy.deepcopy(store)
+    first = run_epoch(processor, store, rows[4:], watermark=12_000, now=2)
+    processor.init(FakeHandle(saved))
+    assert run_epoch(processor, saved, list(reversed(rows[4:])), watermark=12_000, now=2) == first
+
+
+def test_without_a_known_bound_timers_fire_only_at_the_epochs_watermark() -> None:
+    processor, store = _processor(Slots())
+    out = run_epoch(processor, store, [_row("a", 1_000, 0), _row("a", 30_000, 1)], watermark=0, now=1)
+    assert _main(out) == [("a", "element wm=0", 1_000), ("a", "element wm=0", 30_000)]
+
+
+def test_processing_mode_interleaves_event_time_timers_the_same_way() -> None:
+    processor, store = _bounded(Slots(), mode="processing")
+    out = run_epoch(processor, store, [_row("a", 1_000, 0), _row("a", 30_000, 1)], 0, 100, event_mode=False)
+    assert _main(out) == [
+        ("a", "element wm=0", 1_000),
+        ("a", "timer wm=24999", 11_000),
+        ("a", "element wm=24999", 30_000),
+    ]

@@ -8,15 +8,19 @@ from typing import Any
 
 from ethereal_kafka.checkpoint.history import EpochRecord
 from ethereal_kafka.config.job import JobConfig
-from ethereal_kafka.connectors.kafka.admission import budget_path, read_budget
+from ethereal_kafka.connectors.kafka.admission import (
+    STATEFUL_FIXED_COST_HEADROOM,
+    budget_path,
+    read_budget,
+)
 from ethereal_kafka.runtime.admission import EpochSizer, admission_settings, admitted, sized_source
 from ethereal_kafka.runtime.runner import job_sources
 from tests.unit.runtime.test_runner_sources import _job
 
 
-def _coordinator(sources: dict[str, Any]) -> Any:
+def _coordinator(sources: dict[str, Any], stateful: bool = False) -> Any:
     return SimpleNamespace(
-        queries={"out": None},
+        queries={"out": SimpleNamespace(stateful=stateful)},
         query_sources=lambda query: list(sources.values()),
         epoch_listeners=[],
     )
@@ -54,6 +58,7 @@ def test_sources_of_an_adaptive_job_read_posted_budgets_within_their_maximum(tmp
         {"bootstrap.servers": "x:1", "topics": "t", "max.records.per.epoch": "150"}
     )
     assert admission_settings(job, small) == admission_settings(job, small).__class__(400, 150, 150)
+    assert admission_settings(job, small, stateful=True).fixed_cost_headroom == STATEFUL_FIXED_COST_HEADROOM
     fixed = JobConfig.from_properties({**job.to_properties(), "epoch.sizing": "fixed"})
     assert sized_source(fixed, small) == {}
 
@@ -89,3 +94,24 @@ def test_admitted_counts_only_the_sources_topics() -> None:
     starts = {"ta": {"0": 5, "1": 0}, "tb": {"0": 0}}
     ends = {"ta": {"0": 15, "1": 7}, "tb": {"0": 100}, "ta2": {"0": 3}}
     assert admitted(source, starts, ends) == 10 + 7  # type: ignore[arg-type]
+
+
+def test_a_stateful_query_sizes_its_epochs_for_a_quarter_of_fixed_cost(tmp_path: Path) -> None:
+    """A stateful query whose epochs cost 600 ms whatever they carry aims at 4 x 600 ms under a backlog, not at
+    the 1 s target (where the same epochs would be 60 % fixed cost), nor at 1.5 x 600 ms as a stateless one."""
+    aims = {}
+    for stateful in (False, True):
+        folder = tmp_path / str(stateful)
+        folder.mkdir()
+        loaded = _job(folder, "epoch.min.records=100\nepoch.max.records=1000000\ntrigger.interval.ms=1000\n")
+        sources = job_sources(loaded, True)
+        sizer = EpochSizer(loaded.job)
+        sizer.watch(_coordinator(sources, stateful))
+        offset, budget = 0, 100
+        for epoch in range(30):  # 600 ms fixed + 0.1 ms per record, always a backlog
+            sizer.observe("out", _record(epoch, offset, offset + budget, round(600 + 0.1 * budget)))
+            offset += budget
+            budget = sizer.budgets()[("out", "a")]
+        aims[stateful] = 600 + 0.1 * budget
+    assert 800 <= aims[False] <= 1200, aims
+    assert 2000 <= aims[True] <= 2800, aims
