@@ -18,6 +18,9 @@ per-record work anywhere) and attributes them to the operators of the graph the 
   splits its rows uncounted: None); one that can (`where`) gets its rows out from the input count of
   the anchor it feeds, when it is that anchor's only input; else its figure is None (not available).
 - Python steps after a query's fork towards several sinks run fused in one fan-out stage: None.
+- An epoch without new data (run to close windows when the watermark moved) reads an empty `LocalTableScan` in
+  place of a source's scan: it counts as that source's anchor (0 rows), so the epoch's figures are 0 rows read and
+  what the stateful operators emitted.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ SPARK_STATEFUL = frozenset(
 )
 FRAMEWORK = frozenset({"TransformWithStateInPySpark", "TransformWithStateInPandas", "TransformWithState"})
 SCANS = frozenset({"MicroBatchScan"})
+#: What Spark reads in place of a source that has no new data in the epoch (an empty streaming `LocalRelation`).
+EMPTY_SCAN = "LocalTableScan"
 #: Graph operator kinds (`plan.describe`) that never change the number of rows.
 ROW_PRESERVING = frozenset({"select", "with_columns", "watermark", "key_by", "union"})
 
@@ -108,9 +113,10 @@ def rows_below(op: PhysicalOp) -> int | None:
     return None
 
 
-def physical_kind(op: PhysicalOp) -> str | None:
-    """The anchor kind of a physical operator (see the module docstring), or None."""
-    if op.name in SCANS:
+def physical_kind(op: PhysicalOp, empty_scans: bool = False) -> str | None:
+    """The anchor kind of a physical operator (see the module docstring), or None; with `empty_scans`, an empty
+    `LocalTableScan` leaf is a scan (a source without new data)."""
+    if op.name in SCANS or (empty_scans and op.name == EMPTY_SCAN and op.rows == 0 and not op.children):
         return "scan"
     if op.name in FRAMEWORK:
         return "framework"
@@ -121,14 +127,14 @@ def physical_kind(op: PhysicalOp) -> str | None:
     return None
 
 
-def physical_anchors(root: PhysicalOp) -> list[tuple[str, PhysicalOp]]:
+def physical_anchors(root: PhysicalOp, empty_scans: bool = False) -> list[tuple[str, PhysicalOp]]:
     """`(kind, operator)` of the anchors under `root`, in post-order (inputs first, in Spark's order)."""
     out: list[tuple[str, PhysicalOp]] = []
 
     def visit(op: PhysicalOp) -> None:
         for child in op.children:
             visit(child)
-        kind = physical_kind(op)
+        kind = physical_kind(op, empty_scans)
         if kind is not None:
             out.append((kind, op))
 
@@ -200,10 +206,14 @@ def operator_rows(description: Mapping[str, Any], query: str, plan: PhysicalOp) 
     fused = _after_fork(order, consumers)
     wanted = [(n, graph_kind(n, str(n["id"]) in fused)) for n in order]
     anchors = [(n, k) for n, k in wanted if k is not None]
-    found = physical_anchors(plan)
     matched: dict[str, PhysicalOp] = {}
-    if [k for _, k in anchors] == [k for k, _ in found]:
-        matched = {str(n["id"]): op for (n, _), (_, op) in zip(anchors, found, strict=True)}
+    # An epoch without new data for a source (Spark runs one when the watermark moves) reads an empty relation in
+    # place of that source's scan: tried only when the plan does not match with the scans it has.
+    for empty_scans in (False, True):
+        found = physical_anchors(plan, empty_scans)
+        if [k for _, k in anchors] == [k for k, _ in found]:
+            matched = {str(n["id"]): op for (n, _), (_, op) in zip(anchors, found, strict=True)}
+            break
     out: dict[str, Rows] = {}
     emitted: dict[str, int | None] = {}
     for node in order:

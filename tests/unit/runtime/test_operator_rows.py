@@ -73,6 +73,29 @@ def test_python_and_framework_operators_get_spark_counts_and_expressions_pass_th
     }
 
 
+def test_an_epoch_without_new_data_counts_zero_rows_read_and_the_windows_results() -> None:
+    """A no-data epoch (the watermark moved: Spark runs one to close windows) reads an empty `LocalRelation` in
+    place of the source's scan; its figures are zero rows in, and what the window emitted, not n/a."""
+    plan = _chain(
+        *[PhysicalOp(op.name, op.rows, op.stage) for op in _flatten(_windowed_plan(0, 0, 354))[:-2]],
+        PhysicalOp("LocalTableScan", 0),
+    )
+    rows = operator_rows(_windowed(), Q, plan)
+    assert rows == {
+        f"{Q}/1": (0, 0),
+        f"{Q}/2": (0, 0),
+        f"{Q}/3": (0, 0),
+        f"{Q}/4": (0, 0),
+        f"{Q}/5": (0, 354),
+    }
+
+
+def test_an_empty_local_relation_is_no_source_when_the_plan_matches_with_its_scans() -> None:
+    plan = PhysicalOp("Union", None, "", (_windowed_plan(300, 297, 40), PhysicalOp("LocalTableScan", 0)))
+    rows = operator_rows(_windowed(), Q, plan)
+    assert rows[f"{Q}/3"] == (300, 297) and rows[f"{Q}/5"] == (297, 40)
+
+
 def test_a_native_filter_gets_its_rows_out_from_the_stage_it_feeds() -> None:
     description = _windowed()
     for node in description["nodes"]:
