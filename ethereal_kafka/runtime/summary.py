@@ -33,6 +33,9 @@ class RunSummary:
         epochs: `{outcome: count}` of the epochs of all queries (`committed`, `failed`).
         watermarks_s: `{query: watermark}` (Unix seconds) as Spark last reported it, for queries with one.
         state_rows: `{query: rows}` in the state stores of each stateful query, as Spark last reported it.
+        user_errors: `{action: elements}` whose user code raised and were skipped or dead-lettered
+            (`on.user.error`).
+        restarts: Restarts of the queries after failed epochs (`restart.strategy`).
     """
 
     app_id: str
@@ -45,6 +48,8 @@ class RunSummary:
     epochs: Mapping[str, int] = field(default_factory=dict)
     watermarks_s: Mapping[str, float] = field(default_factory=dict)
     state_rows: Mapping[str, int] = field(default_factory=dict)
+    user_errors: Mapping[str, int] = field(default_factory=dict)
+    restarts: int = 0
 
     def lines(self) -> list[str]:
         """The summary block, one string per line (see the module docstring)."""
@@ -66,6 +71,14 @@ class RunSummary:
                 f"{self.epochs.get('committed', 0):,} committed, {self.epochs.get('failed', 0):,} failed",
             ),
         ]
+        if self.user_errors:
+            shown = ", ".join(
+                f"{n:,} {'dead-lettered' if a == 'dlq' else 'skipped'}"
+                for a, n in sorted(self.user_errors.items())
+            )
+            rows.append(("user errors", shown))
+        if self.restarts:
+            rows.append(("restarts", f"{self.restarts:,}"))
         if self.state_rows:
             rows.append(("state", ", ".join(f"{q} {n:,} rows" for q, n in sorted(self.state_rows.items()))))
         return [f"summary of {self.app_id}: {self.seconds:.1f} s", *(f"  {k:<14} {v}" for k, v in rows)]
