@@ -402,9 +402,6 @@ def run(
             coordinator refuses to start (`ConfigError`, `RecoveryError`, ...), or a query failed
             (`JobFailedError`); each message is one line.
     """
-    from ethereal_kafka.runtime.jvm import OPTIONS_KEY
-    from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
-
     loaded = load_job(job_path)
     job = loaded.job
     logs = Path(log_dir) if log_dir else default_log_dir(job.app_id)
@@ -414,12 +411,37 @@ def run(
     require_preflight(
         loaded, pipeline=graph_builder is None, connect=True, timeout_s=job.connect_timeout_ms / 1000
     )
+    run_loaded(loaded, logs, available_now, graph_builder, takeover)
+    return 0
+
+
+def run_loaded(
+    loaded: LoadedJob,
+    logs: Path,
+    available_now: bool = False,
+    graph_builder: GraphBuilder | None = None,
+    takeover: bool = False,
+) -> StopReport:
+    """`run` after its checks: take the app, start the job's own Spark session (its JVM's output and log4j lines
+    in `logs`, not on the terminal), run the job under a lifecycle with signal handlers (in the main thread), stop
+    Spark, and log the run's summary and how it stopped; returns how it stopped.
+
+    Called by `run` and by the demo (`ethereal-kafka demo`), each having configured Python logging for `logs`
+    (`runtime.logs.configure_python_logging`).
+
+    Raises:
+        EtherealKafkaError: as `run` (each message one line).
+    """
+    from ethereal_kafka.runtime.jvm import OPTIONS_KEY
+    from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
+
+    job = loaded.job
     lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
     lifecycle.stop_when_drained = available_now
     # Before Spark starts (and before the signal handlers): a refusal costs a second, not a session.
     guard = own_app(loaded, takeover)
     lifecycle.install_signal_handlers()
-    export_to_workers(job_path)  # before the JVM starts: its Python workers import the pipeline module too
+    export_to_workers(loaded.path)  # before the JVM starts: its Python workers import the pipeline module too
     conf = job_spark_conf(loaded)
     if not launched_by_spark_submit():  # the driver JVM logs to the folder from its first line
         conf[OPTIONS_KEY] = f"{conf.get(OPTIONS_KEY, '')} {spark_log_options(logs)}".strip()
@@ -450,7 +472,7 @@ def run(
         for line in report.summary.lines():
             log.info("%s", line)
     log.info("%s", report.line())
-    return 0
+    return report
 
 
 def observe_last_progress(metrics: JobMetrics, query: StreamingQuery) -> None:
