@@ -28,7 +28,15 @@ from ethereal_kafka.broker.procs import JVM_MARKER
 from ethereal_kafka.errors import BrokerError
 from ethereal_kafka.paths import cache_home
 
-__all__ = ["JVM_MARKER", "BrokerSettings", "BrokerStatus", "LocalBroker", "format_storage"]
+__all__ = [
+    "JVM_MARKER",
+    "BrokerSettings",
+    "BrokerStatus",
+    "LocalBroker",
+    "format_storage",
+    "new_cluster_id",
+    "pick_ports",
+]
 
 #: Broker settings a single node needs for transactions (see KAFKA-BROKER-NOTES.md).
 SINGLE_NODE_SETTINGS: Mapping[str, str] = {
@@ -59,7 +67,10 @@ class BrokerSettings:
         controller_port: KRaft controller port; 0 as above.
         heap: JVM heap (`-Xmx`).
         start_timeout_s: How long `start` waits for a metadata request to answer.
-        overrides: Extra `server.properties` entries (e.g. `transaction.max.timeout.ms`).
+        overrides: Extra `server.properties` entries (e.g. `transaction.max.timeout.ms`); they win over the
+            single-node defaults (a node of a `LocalCluster` overrides `node.id`, the voters and the replication).
+        cluster_id: The KRaft cluster id its storage is formatted with (None: a random one; the nodes of one
+            cluster share theirs).
     """
 
     name: str = "default"
@@ -69,6 +80,7 @@ class BrokerSettings:
     heap: str = "512m"
     start_timeout_s: float = 90.0
     overrides: Mapping[str, str] = field(default_factory=dict)
+    cluster_id: str | None = None
 
     def resolved_state_dir(self) -> Path:
         """Return the state directory these settings name."""
@@ -166,16 +178,30 @@ class LocalBroker:
                 missing, jar download failed, a port is busy (the message says who holds it), or the broker did not
                 become ready within `start_timeout_s` (the message names the log file).
         """
-        refuse_foreign(self.state_dir, _int(self._read_state().get("pid")) or None)
+        self.refuse_foreign()
         current = self.status()
         if current.running:
             return current
         with start_lock(self.state_dir):
-            refuse_foreign(self.state_dir, _int(self._read_state().get("pid")) or None)
+            self.refuse_foreign()
             current = self.status()
-            return current if current.running else self._start()
+            if current.running:
+                return current
+            self.await_ready(self.spawn())
+            return self.status()
 
-    def _start(self) -> BrokerStatus:
+    def refuse_foreign(self) -> None:
+        """Raise BrokerError unless this broker's state directory and JVM are this user's (`ownership`)."""
+        refuse_foreign(self.state_dir, _int(self._read_state().get("pid")) or None)
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Launch the broker JVM without waiting for it (the caller holds `start_lock` and saw it stopped, then
+        calls `await_ready`): what `start` does in two halves, so that a `LocalCluster` can launch every node
+        before waiting for any (a node of a new cluster answers only once a quorum of controllers runs).
+
+        Raises:
+            BrokerError: as `start`, except readiness.
+        """
         java = _find_java()
         libs = ensure_jars()
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -193,7 +219,7 @@ class LocalBroker:
                 )
         props = self._write_config(port, controller_port)
         if not (self._data_dir / "meta.properties").exists():
-            format_storage(java, libs, props, self._data_dir, _cluster_id())
+            format_storage(java, libs, props, self._data_dir, self.settings.cluster_id or new_cluster_id())
         log4j = self.state_dir / "log4j2.properties"
         log4j.write_text(
             resources.files("ethereal_kafka.broker")
@@ -236,8 +262,7 @@ class LocalBroker:
             ),
             encoding="utf-8",
         )
-        self._wait_ready(proc, bootstrap)
-        return self.status()
+        return proc
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL after `timeout_s`) and wait until its JVM is gone.
@@ -248,16 +273,36 @@ class LocalBroker:
         Raises:
             BrokerError: the broker belongs to another user (`ownership.refuse_foreign`), or did not exit.
         """
-        pid = self._live_pid()
+        pid = self.terminate()
         if pid is None:
             return False
+        self.await_exit(pid, timeout_s)
+        return True
+
+    def terminate(self) -> int | None:
+        """Send the running broker SIGTERM without waiting (`stop`'s first half; a `LocalCluster` stops its nodes
+        together); returns its pid, None when none ran.
+
+        Raises:
+            BrokerError: the broker belongs to another user (`ownership.refuse_foreign`).
+        """
+        pid = self._live_pid()
+        if pid is None:
+            return None
         refuse_foreign(self.state_dir, pid)
         _signal(pid, signal.SIGTERM)
+        return pid
+
+    def await_exit(self, pid: int, timeout_s: float) -> None:
+        """Wait for the broker JVM `pid` to exit; SIGKILL it after `timeout_s` (`stop`'s second half).
+
+        Raises:
+            BrokerError: it did not exit after SIGKILL either.
+        """
         if not _wait_gone(pid, self.state_dir, timeout_s):
             _signal(pid, signal.SIGKILL)
             if not _wait_gone(pid, self.state_dir, 10.0):
                 raise BrokerError(f"broker pid {pid} did not exit after SIGKILL")
-        return True
 
     def kill(self) -> bool:
         """SIGKILL the broker JVM (a crash, for failure tests); data stays, so `start` restarts it."""
@@ -293,7 +338,14 @@ class LocalBroker:
         path.write_text("".join(f"{k}={v}\n" for k, v in entries.items()), encoding="utf-8")
         return path
 
-    def _wait_ready(self, proc: subprocess.Popen[bytes], bootstrap: str) -> None:
+    def await_ready(self, proc: subprocess.Popen[bytes]) -> None:
+        """Wait until the JVM `spawn` launched answers a metadata request.
+
+        Raises:
+            BrokerError: it exited during start-up, or did not answer within `start_timeout_s` (then it is
+                stopped).
+        """
+        bootstrap = str(self._read_state().get("bootstrap"))
         deadline = time.monotonic() + self.settings.start_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -339,16 +391,21 @@ def format_storage(java: str, libs: Path, props: Path, data_dir: Path, cluster_i
     cmd += [f"--cluster-id={cluster_id}", "-c", str(props)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        raise BrokerError(f"formatting KRaft storage in {data_dir} failed: {last[0]}")
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        # A Java stack trace ends in `at ...` lines: name the exception instead.
+        cause = [
+            ln for ln in lines if ("Exception" in ln or "Error" in ln) and not ln.lstrip().startswith("at ")
+        ]
+        last = cause[:1] or lines[-1:] or [f"exit {proc.returncode}"]
+        raise BrokerError(f"formatting KRaft storage in {data_dir} failed: {last[0].strip()}")
 
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _cluster_id() -> str:
-    # A KRaft cluster id is a base64url-encoded UUID without padding (22 characters).
+def new_cluster_id() -> str:
+    """A new KRaft cluster id: a base64url-encoded UUID without padding (22 characters)."""
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -374,6 +431,17 @@ def _free_port(avoid: int = 0) -> int:
             port = int(sock.getsockname()[1])
         if port != avoid:
             return port
+
+
+def pick_ports(count: int) -> list[int]:
+    """`count` distinct free ports on 127.0.0.1 (held together while chosen, so none is handed out twice)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def _port_free(port: int) -> bool:

@@ -1,4 +1,5 @@
-"""`ethereal-kafka broker start | stop | status`: the local Apache Kafka broker from the shell."""
+"""`ethereal-kafka broker start | stop | status`: the local Apache Kafka broker (or an N-node cluster) from the
+shell."""
 
 from __future__ import annotations
 
@@ -7,31 +8,56 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ethereal_kafka.broker import BrokerSettings, LocalBroker, ensure_jars, kafka_version
+from ethereal_kafka.broker import (
+    BrokerSettings,
+    ClusterSettings,
+    LocalBroker,
+    LocalCluster,
+    ensure_jars,
+    kafka_version,
+)
+from ethereal_kafka.errors import ConfigError
 
 
 def register(sub: Any) -> None:
     """Add the `broker` sub-command to the top-level parser's sub-parsers."""
-    parser = sub.add_parser("broker", help="start, stop or inspect the local Apache Kafka broker")
+    parser = sub.add_parser("broker", help="start, stop or inspect the local Apache Kafka broker or cluster")
     parser.add_argument(
         "action",
         choices=["start", "stop", "status", "fetch"],
         help="start (prints the bootstrap address last), stop, status, or fetch the pinned jars only",
     )
-    parser.add_argument("--name", default="default", help="broker name (state under <cache>/brokers/NAME)")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="nodes (KRaft broker+controller each): 1, or e.g. 3 for a cluster with replication 3 and "
+        "min.insync.replicas 2 (default name cluster<N>); stop and status act on every node",
+    )
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="broker name (state under <cache>/brokers/NAME; default: default, or cluster<N> with --nodes)",
+    )
     parser.add_argument("--state-dir", type=Path, default=None, help="explicit state directory")
     parser.add_argument("--port", type=int, default=0, help="PLAINTEXT port (default: a free one, kept)")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Carry out one broker action; `start` prints the bootstrap address as its last line."""
+    """Carry out one broker action; `start` prints the bootstrap address (a cluster's: every node's) last."""
     if args.action == "fetch":
         began = time.monotonic()
         libs = ensure_jars(quiet=False)
         print(f"Apache Kafka {kafka_version()} jars in {libs} [{time.monotonic() - began:.1f}s]")
         return 0
-    broker = LocalBroker(BrokerSettings(name=args.name, state_dir=args.state_dir, port=args.port))
+    if args.nodes < 1:
+        raise ConfigError(f"--nodes must be 1 or more, not {args.nodes}")
+    if args.nodes > 1:
+        return _cluster(args)
+    broker = LocalBroker(
+        BrokerSettings(name=args.name or "default", state_dir=args.state_dir, port=args.port)
+    )
     if args.action == "start":
         began = time.monotonic()
         status = broker.start()
@@ -44,4 +70,27 @@ def run(args: argparse.Namespace) -> int:
         return 0
     status = broker.status()
     print(status.describe())
+    return 0 if status.running else 3
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    if args.port:
+        raise ConfigError(
+            "--port names one broker's port: a cluster's nodes take free ports (kept across restarts)"
+        )
+    cluster = LocalCluster(
+        ClusterSettings(name=args.name or f"cluster{args.nodes}", state_dir=args.state_dir, nodes=args.nodes)
+    )
+    if args.action == "start":
+        began = time.monotonic()
+        status = cluster.start()
+        print(f"{status.describe()}\n[{time.monotonic() - began:.1f}s]")
+        print(status.bootstrap)
+        return 0
+    if args.action == "stop":
+        stopped = cluster.stop()
+        print("stopped" if stopped else "not running")
+        return 0
+    status = cluster.status()
+    print(status.describe() if status.nodes else f"not running (state {cluster.state_dir})")
     return 0 if status.running else 3

@@ -21,9 +21,11 @@ Costs and rules:
 from __future__ import annotations
 
 import datetime
+import fcntl
 import hashlib
 import json
 import logging
+import os
 import pickle
 import shutil
 import tempfile
@@ -156,7 +158,7 @@ class TableStore:
         """
         self.spec = spec
         self.config = spec.config
-        self.path, self.db = _open_slot(spec.folder())
+        self.path, self.db, self._slot_lock = _open_slot(spec.folder())
         self._key_codec = build_codec(spec.key)
         self._value_codec = build_codec(spec.value)
         self._key_fields = spec.key_fields()
@@ -266,6 +268,7 @@ class TableStore:
         return out
 
     def _reset(self, why: str) -> None:
+        # The slot's file lock stays held: RocksDB's own lock is free between close and reopen.
         log.info("table %s: (re)building the copy in %s: %s", self.config.name, self.path, why)
         self.db.close()
         Rdict.destroy(str(self.path), _options())
@@ -274,8 +277,9 @@ class TableStore:
         self.positions = {}
 
     def close(self) -> None:
-        """Close the database (frees the slot for another worker)."""
+        """Close the database and free the slot for another worker."""
         self.db.close()
+        os.close(self._slot_lock)
 
 
 def _options() -> Options:
@@ -289,19 +293,27 @@ def _options() -> Options:
     return options
 
 
-def _open_slot(folder: Path) -> tuple[Path, Rdict]:
-    """Open the first slot under `folder` that no other process holds (RocksDB's own lock decides)."""
+def _open_slot(folder: Path) -> tuple[Path, Rdict, int]:
+    """Open the first slot under `folder` that no other worker holds; return it with its held lock's descriptor.
+
+    A slot is owned through `slot-N.lock` (flock, released by the kernel when the process dies), not RocksDB's own
+    lock, which a rebuild gives up between closing and destroying the database.
+    """
     folder.mkdir(parents=True, exist_ok=True)
-    last: Exception | None = None
     for index in range(_MAX_SLOTS):
         path = folder / f"slot-{index}"
+        lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            return path, Rdict(str(path), _options())
-        except Exception as exc:  # a held lock: "IO error: lock ... : Resource temporarily unavailable"
-            if "lock" not in str(exc).lower():
-                raise TableStoreError(f"cannot open the table copy {path}: {exc}") from exc
-            last = exc
-    raise TableStoreError(f"every table slot under {folder} is in use ({_MAX_SLOTS}): {last}")
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)
+            continue
+        try:
+            return path, Rdict(str(path), _options()), lock
+        except Exception as exc:  # rocksdict raises bare `Exception` for every RocksDB status
+            os.close(lock)
+            raise TableStoreError(f"cannot open the table copy {path}: {exc}") from exc
+    raise TableStoreError(f"every table slot under {folder} is in use by another worker ({_MAX_SLOTS})")
 
 
 _STORES: dict[str, TableStore] = {}

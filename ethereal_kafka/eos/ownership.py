@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from ethereal_kafka import faults
 from ethereal_kafka.checkpoint.apps import (
@@ -49,6 +49,7 @@ from ethereal_kafka.connectors.kafka.clients import (
     transactional_producer,
     with_retries,
 )
+from ethereal_kafka.connectors.kafka.stall import send_offsets
 from ethereal_kafka.eos.committed import committed_offsets
 from ethereal_kafka.eos.errors import FencedError
 from ethereal_kafka.eos.markers import OwnerClaim
@@ -143,16 +144,7 @@ class ClaimWriter:
                 found = read_claim(self.app_id, self.bootstrap, self.passthrough)
                 generation = (found[0].generation if found is not None else 0) + 1
                 self.claim = replace(self.claim, generation=generation)
-                self._producer = with_retries(
-                    "owner claim",
-                    self.bootstrap,
-                    lambda: transactional_producer(
-                        owner_claim_id(self.app_id),
-                        self.bootstrap,
-                        CLAIM_TRANSACTION_TIMEOUT_MS,
-                        self.passthrough,
-                    ),
-                )
+                self._producer = self._new_producer()
             self._write(self.claim)
             return self.claim
 
@@ -175,10 +167,18 @@ class ClaimWriter:
             with contextlib.suppress(KafkaException):
                 producer.flush(0)
 
+    def _new_producer(self) -> Producer:
+        """An initialised producer for the app's claim id (fencing the writers before it)."""
+        return with_retries(
+            "owner claim",
+            self.bootstrap,
+            lambda: transactional_producer(
+                owner_claim_id(self.app_id), self.bootstrap, CLAIM_TRANSACTION_TIMEOUT_MS, self.passthrough
+            ),
+        )
+
     def _write(self, claim: OwnerClaim) -> None:
         """One transaction committing `claim` with the current time as its heartbeat."""
-        producer = self._producer
-        assert producer is not None
         if self._fenced:
             raise FencedError(
                 f"app {self.app_id}: a newer instance claimed the app; {claim.instance_id} stops"
@@ -187,12 +187,12 @@ class ClaimWriter:
         offset = TopicPartition(progress_topic(self.app_id), 0, int(time.time() * 1000), claim.render())
 
         def attempt() -> None:
+            producer = self._producer
+            assert producer is not None
             try:
                 producer.begin_transaction()
                 metadata = consumer.consumer_group_metadata()
-                bounded_call(
-                    "owner claim", lambda: producer.send_offsets_to_transaction([offset], metadata, 30)
-                )
+                send_offsets(producer, [offset], metadata, self.bootstrap, self.passthrough)
                 bounded_call("owner claim", lambda: producer.commit_transaction(30))
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
@@ -202,8 +202,21 @@ class ClaimWriter:
                         f"app {self.app_id}: a newer instance claimed the app (this claim writer was fenced); "
                         f"{claim.instance_id} stops"
                     ) from exc
-                with contextlib.suppress(KafkaException):
-                    producer.abort_transaction(10)
+                if error is not None and (error.fatal() or error.code() == KafkaError._TIMED_OUT):
+                    # A call stuck on a coordinator the cluster no longer has (`stall`), or a producer that cannot go
+                    # on: a new one for the same id looks the coordinators up afresh. Only while the claim is still
+                    # this writer's: renewing fences the id's holder, which must never be a newer claimant.
+                    found = read_claim(self.app_id, self.bootstrap, self.passthrough)
+                    current = found is not None and found[0].generation == claim.generation
+                    if not current or found is None or found[0].instance_id != claim.instance_id:
+                        self._fenced = True
+                        raise FencedError(
+                            f"app {self.app_id}: a newer instance claimed the app; {claim.instance_id} stops"
+                        ) from exc
+                    self._producer = self._new_producer()
+                else:
+                    with contextlib.suppress(KafkaException):
+                        producer.abort_transaction(10)
                 raise
 
         with_retries("owner claim", self.bootstrap, attempt, attempts=5)

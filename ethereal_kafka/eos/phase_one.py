@@ -21,7 +21,9 @@ Errors by class: retriable → the same call again with bounded backoff; abortab
 batches kept (up to `RETAIN_BYTES`); fenced (a newer attempt of this task took the id) → never fence it back: stop
 writing and wait for that attempt's marker (`_await_newer_attempt`); other fatal errors (timed out, invalid state)
 → close the producer and fence again with a new one, check the owner, re-read the marker (a commit may have landed
-although the call failed) and redo only if needed. A producer lives for one attempt and is closed after it, so a
+although the call failed) and redo only if needed. `send_offsets_to_transaction` stuck on a group coordinator that
+left the cluster is given up (`connectors.kafka.stall`) and takes that path too. Reads of the marker and the claim
+are retried while the group's coordinator moves (a replicated cluster losing a node), never taken for "nothing". A producer lives for one attempt and is closed after it, so a
 healthy run never fences itself.
 """
 
@@ -45,6 +47,7 @@ from ethereal_kafka.connectors.kafka.clients import (
 )
 from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN, OutRecord, encode_outputs
 from ethereal_kafka.connectors.kafka.sink import TOO_LARGE_CODES, send_records, too_large
+from ethereal_kafka.connectors.kafka.stall import send_offsets
 from ethereal_kafka.eos.committed import read_marker
 from ethereal_kafka.eos.dead_letters import forget, forget_user, take, take_user
 from ethereal_kafka.eos.errors import FencedError, TransactionError
@@ -79,22 +82,41 @@ def _retriable(exc: BaseException) -> bool:
     return isinstance(exc, KafkaException) and bool(exc.args and exc.args[0].retriable())
 
 
+#: Errors of a committed-offsets read that mean "ask again": the group's coordinator moved or is loading (on a
+#: replicated cluster, after its node died). librdkafka does not mark them retriable on `committed()`, but Kafka
+#: does; taken as final they failed the task, and with it the job, on the first coordinator failover.
+_COORDINATOR_MOVED = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError._WAIT_COORD,
+    KafkaError._TRANSPORT,
+}
+#: Attempts of a read: its retries end by `RETRY_DEADLINE_S` rather than by count, so that they outlast a
+#: coordinator failover (the broker's session timeout, 9 s by default, plus the coordinator's load).
+READ_ATTEMPTS = 40
+
+
 def _retriable_read(exc: BaseException) -> bool:
-    """A read (committed offsets) is retried when Kafka says so, and also after a timeout: `committed()` reports a
-    slow coordinator as `_TIMED_OUT`, which librdkafka does not mark retriable, and a read that gave up must never
-    be taken for "nothing committed"."""
+    """A read (committed offsets) is retried when Kafka says so, after a timeout (`committed()` reports a slow
+    coordinator as `_TIMED_OUT`, which librdkafka does not mark retriable) and while the group's coordinator moves:
+    a read that gave up must never be taken for "nothing committed"."""
     if not isinstance(exc, KafkaException) or not exc.args:
         return False
     error = exc.args[0]
-    return bool(error.retriable()) or error.code() == KafkaError._TIMED_OUT
+    return (
+        bool(error.retriable()) or error.code() == KafkaError._TIMED_OUT or error.code() in _COORDINATOR_MOVED
+    )
 
 
-def _retry(call: Callable[[], T], retriable: Callable[[BaseException], bool] = _retriable) -> T:
+def _retry(
+    call: Callable[[], T], retriable: Callable[[BaseException], bool] = _retriable, attempts: int = 8
+) -> T:
     """The same call again while `retriable` says so (Kafka's retriable errors by default; bounded in attempts and
     in time)."""
     wrapped = retry(
         retry=retry_if_exception(retriable),
-        stop=stop_after_attempt(8) | stop_after_delay(RETRY_DEADLINE_S),
+        stop=stop_after_attempt(attempts) | stop_after_delay(RETRY_DEADLINE_S),
         wait=wait_exponential(multiplier=0.1, max=2.0),
         reraise=True,
     )(call)
@@ -267,7 +289,9 @@ class TransactionalTask:
         """
         slot, write = self.slot, self.write
         marker = _retry(
-            lambda: read_marker(self.consumer, slot.marker_topic, slot.marker_partition), _retriable_read
+            lambda: read_marker(self.consumer, slot.marker_topic, slot.marker_partition),
+            _retriable_read,
+            READ_ATTEMPTS,
         )
         where = f"group {slot.marker_group}, {slot.marker_topic}[{slot.marker_partition}]"
         return marker is not None and marker.committed(
@@ -307,7 +331,7 @@ class TransactionalTask:
         sink = self.write.sink
         consumer = group_consumer(sink.bootstrap_servers, owner_group(self.write.app_id), sink.passthrough)
         claim = [TopicPartition(progress_topic(self.write.app_id), 0)]
-        found = _retry(lambda: _committed_or_raise(consumer, claim), _retriable_read)
+        found = _retry(lambda: _committed_or_raise(consumer, claim), _retriable_read, READ_ATTEMPTS)
         owner = OwnerClaim.parse(found[0].metadata) if found and found[0].offset >= 0 else None
         if owner is None:
             raise FencedError(
@@ -345,12 +369,10 @@ class TransactionalTask:
                 time.sleep(delay_s)
         metadata = self.consumer.consumer_group_metadata()
         committing = time.perf_counter()
-        _retry(
-            lambda: bounded_call(
-                "send_offsets_to_transaction",
-                lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
-            )
-        )
+        # A call stuck on a group coordinator that left the cluster is given up (`kafka.stall`) and ends in a new
+        # producer (the fatal path of `commit`), which looks the coordinator up afresh.
+        sink = self.write.sink
+        _retry(lambda: send_offsets(producer, offsets, metadata, sink.bootstrap_servers, sink.passthrough))
         self._trace(faults.COMMIT)
         _retry(
             lambda: bounded_call("commit_transaction", lambda: producer.commit_transaction(CALL_TIMEOUT_S))

@@ -6,10 +6,15 @@ Every start fences the whole pool (`eos.startup.fence_pool`), so a taken-over in
 instead of moving the offsets backwards; a replay that finds the epoch's marker already committed writes nothing
 (its dead letters included).
 
-A phase-two producer that lost its brokers (a broker restart) is replaced before its next transaction: librdkafka
-can keep a stale group coordinator cached, on which `send_offsets_to_transaction` then blocks past its timeout
-(confluentinc/librdkafka#5456, #5511). A new producer's `init_transactions` looks the coordinators up afresh, and
-fences the old one.
+A phase-two producer that lost a broker connection (a broker restart, a node of a cluster killed) after it
+committed a transaction is replaced before its next transaction: librdkafka can keep a stale group coordinator
+cached, on which `send_offsets_to_transaction` then blocks past its timeout (confluentinc/librdkafka#5456, #5511).
+A new producer's `init_transactions` looks the coordinators up afresh, and fences the old one. The connections a
+new producer fails to open before its first commit do not count: it looked its coordinators up after them (on a
+3-node cluster with one node down, counting them renewed the producer in every epoch while the node was down,
+because each new producer tries the dead node's bootstrap address). Where no connection error shows (the other
+brokers of a cluster stay up), a `send_offsets_to_transaction` stuck on a coordinator the cluster no longer has is
+given up (`connectors.kafka.stall`) and the producer replaced all the same.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from ethereal_kafka.connectors.kafka.clients import (
 from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter
 from ethereal_kafka.connectors.kafka.encoding import OutRecord
 from ethereal_kafka.connectors.kafka.sink import send_records
+from ethereal_kafka.connectors.kafka.stall import send_offsets
 from ethereal_kafka.eos.committed import committed_offsets
 from ethereal_kafka.eos.errors import FencedError
 from ethereal_kafka.eos.markers import EpochMarker
@@ -92,17 +98,21 @@ class PhaseTwo:
         self.transaction_timeout_ms = transaction_timeout_ms
         self.check_owner = check_owner
         self._producers: dict[str, Producer] = {}
-        self._stale: set[str] = set()  # producers that lost their brokers since built
+        self._stale: set[str] = set()  # producers that lost a broker connection since their last commit
+        self._proven: set[str] = set()  # producers that committed a transaction since built
+        self._current: dict[str, object] = {}  # the token of each id's newest producer (its errors count)
 
     def producer(self, txn_id: str, source: KafkaSourceConfig) -> Producer:
         """A new, initialised phase-two producer for `txn_id` (fencing older ones), not stale. Not kept: `keep`
         keeps it."""
+        token = self._current[txn_id] = object()
+        self._proven.discard(txn_id)
         producer = transactional_producer(
             txn_id,
             source.bootstrap_servers,
             self.transaction_timeout_ms,
             source.passthrough,
-            on_error=lambda error: self._note_client_error(txn_id, error),
+            on_error=lambda error: self._note_client_error(txn_id, token, error),
         )
         self._stale.discard(txn_id)
         return producer
@@ -157,11 +167,9 @@ class PhaseTwo:
                 current.begin_transaction()
                 send_records(current, records, None)
                 metadata = consumer.consumer_group_metadata()
-                bounded_call(
-                    "send_offsets_to_transaction",
-                    lambda: current.send_offsets_to_transaction(tps, metadata, 30),
-                )
+                send_offsets(current, tps, metadata, source.bootstrap_servers, source.passthrough)
                 bounded_call("commit_transaction", lambda: current.commit_transaction(30))
+                self._proven.add(txn_id)
                 if tries == 1:
                     faults.after_commit("phase_two")
             except KafkaException as exc:
@@ -212,7 +220,9 @@ class PhaseTwo:
         log.info("phase-two producer %s renewed: %s", txn_id, cause)
         self._producers[txn_id] = self.producer(txn_id, source)
 
-    def _note_client_error(self, txn_id: str, error: KafkaError) -> None:
-        """A phase-two producer's client error (served by `poll`): a lost connection marks it stale."""
-        if error.code() in _CONNECTION_LOST_CODES:
+    def _note_client_error(self, txn_id: str, token: object, error: KafkaError) -> None:
+        """A phase-two producer's client error (served by `poll` or a transactional call): a lost connection marks
+        it stale, if it is the id's current producer and has committed since it was built."""
+        current = self._current.get(txn_id) is token and txn_id in self._proven
+        if current and error.code() in _CONNECTION_LOST_CODES:
             self._stale.add(txn_id)

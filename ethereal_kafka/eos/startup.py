@@ -207,8 +207,8 @@ def check_transaction_timeout(
 def ensure_progress_topic(
     app_id: str, sink_tasks: int, bootstrap: str, passthrough: Mapping[str, str]
 ) -> None:
-    """Create the progress topic (compacted, one partition per sink task) unless it exists, and wait until its
-    partitions are known.
+    """Create the progress topic (compacted, one partition per sink task, the cluster's default replication) unless
+    it exists, and wait until its partitions are known.
 
     Raises:
         ConfigError: the topic exists with fewer partitions than the job has sink tasks.
@@ -217,8 +217,9 @@ def ensure_progress_topic(
     admin = admin_client(bootstrap, passthrough)
     existing = cluster_metadata(admin, bootstrap).topics.get(topic)
     if existing is None:
+        # Replication -1: the cluster's default (3 on a production cluster), like the topics holding the markers.
         futures = admin.create_topics(
-            [NewTopic(topic, max(1, sink_tasks), 1, config={"cleanup.policy": "compact"})]
+            [NewTopic(topic, max(1, sink_tasks), -1, config={"cleanup.policy": "compact"})]
         )
         try:
             futures[topic].result(timeout=30)

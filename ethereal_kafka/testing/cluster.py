@@ -2,6 +2,8 @@
 
 Order: an external cluster named by `ETHEREAL_KAFKA_BOOTSTRAP`; a testcontainers Kafka container when a Docker engine
 answers; otherwise the real local Apache Kafka broker from Maven Central jars (`ethereal_kafka.broker`).
+Failure tests that kill brokers of a replicated cluster get a local 3-node cluster from the same jars
+(`start_local_cluster`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ethereal_kafka.broker import JVM_MARKER, BrokerSettings, LocalBroker, kafka_version
+from ethereal_kafka.broker import (
+    JVM_MARKER,
+    BrokerSettings,
+    ClusterSettings,
+    LocalBroker,
+    LocalCluster,
+    kafka_version,
+)
 from ethereal_kafka.broker.procs import live_pids
 
 #: The image used where a Docker engine exists: testcontainers' Kafka module boots Confluent's image layout (KRaft).
@@ -92,6 +101,35 @@ def start_cluster(state_root: Path | None = None) -> KafkaCluster:
         f"(pid {status.pid}; no Docker engine answered)",
         broker=broker,
     )
+
+
+def start_local_cluster(state_root: Path, nodes: int = 3) -> LocalCluster:
+    """Start a local N-node cluster from the pinned jars for failure tests that kill its nodes: always the jar-based
+    one (an external cluster or a container cannot be SIGKILLed node by node). The caller `destroy()`s it."""
+    overrides = {
+        # As the session broker: the tests check that timed-out transactions are aborted.
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+        # The controller fences a node that sent no heartbeat for this long; only then do its leaderships and
+        # coordinators move. Kafka's 9 s (2 s heartbeats) took 8-13 s on a loaded 2-core machine, the better part
+        # of the bound the kill tests hold an epoch to (twice the usual epoch + 10 s); the framework's own share,
+        # from the fence to the next committed output, was 3-4.5 s. 6 s keeps the bound about the framework.
+        "broker.session.timeout.ms": "6000",
+        "broker.heartbeat.interval.ms": "1000",
+    }
+    cluster = LocalCluster(
+        ClusterSettings(
+            name=f"pytest-cluster{nodes}",
+            state_dir=state_root / f"pytest-cluster{nodes}-{os.getpid()}",
+            nodes=nodes,
+            overrides=overrides,
+        )
+    )
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.destroy()
+        raise
+    return cluster
 
 
 def _start_container() -> KafkaCluster:

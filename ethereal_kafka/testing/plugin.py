@@ -1,7 +1,8 @@
-"""pytest plugin: `kafka_cluster`, `topic_factory`, `kafka_bootstrap`, `schema_registry` and `spark` fixtures.
+"""pytest plugin: `kafka_cluster`, `kafka_cluster3`, `topic_factory`, `kafka_bootstrap`, `schema_registry` and
+`spark` fixtures.
 
-Registered through the `pytest11` entry point. The cluster fixture reports which backend ran in the terminal summary
-and, at session end, checks that no broker JVM it started is left running.
+Registered through the `pytest11` entry point. The cluster fixtures report what ran in the terminal summary and, at
+session end, check that no broker JVM they started is left running.
 """
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ethereal_kafka.connectors.kafka.topics import create_topic
-from ethereal_kafka.testing.cluster import KafkaCluster, leaked_broker_pids, start_cluster
+from ethereal_kafka.testing.cluster import (
+    KafkaCluster,
+    leaked_broker_pids,
+    start_cluster,
+    start_local_cluster,
+)
 from ethereal_kafka.testing.registry import schema_registry
 
 __all__ = [
     "checkpoint_dir",
     "kafka_bootstrap",
     "kafka_cluster",
+    "kafka_cluster3",
     "run_job",
     "schema_registry",
     "spark",
@@ -31,6 +38,7 @@ __all__ = [
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ethereal_kafka.broker import LocalCluster
     from ethereal_kafka.testing.jobs import JobRun
 
 _REPORT: list[str] = []
@@ -56,6 +64,26 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
         if leaked:
             raise AssertionError(f"broker JVM(s) left running after the session: pids {leaked}")
         _REPORT.append("kafka_cluster teardown: local broker stopped, no broker JVM left running")
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A local 3-node KRaft cluster from the pinned jars (replication 3, `min.insync.replicas=2`) for the whole
+    session, started only when a test asks for it: tests kill, stop and restart its nodes (`LocalCluster.kill`,
+    `start_node`) and ask which node holds a role. Tests must leave it with all three nodes running
+    (`wait_healthy`). Stopped, and its state deleted, at session end."""
+    root = tmp_path_factory.mktemp("kafka-cluster3")
+    cluster = start_local_cluster(root, nodes=3)
+    _REPORT.append(f"kafka_cluster3: local 3-node KRaft cluster at {cluster.bootstrap}")
+    yield cluster
+    from ethereal_kafka.connectors.kafka.clients import close_cached_clients
+
+    close_cached_clients()
+    cluster.destroy()
+    leaked = leaked_broker_pids(str(root))
+    if leaked:
+        raise AssertionError(f"cluster node JVM(s) left running after the session: pids {leaked}")
+    _REPORT.append("kafka_cluster3 teardown: 3 nodes stopped, no broker JVM left running")
 
 
 @pytest.fixture(scope="session")

@@ -40,11 +40,18 @@ class ReadRecord:
 
 
 def create_topic(
-    bootstrap: str, name: str, partitions: int = 1, config: Mapping[str, str] | None = None
+    bootstrap: str,
+    name: str,
+    partitions: int = 1,
+    config: Mapping[str, str] | None = None,
+    replication_factor: int = 1,
 ) -> str:
-    """Create a topic and wait until its metadata shows every partition; returns the name."""
+    """Create a topic and wait until its metadata shows every partition; returns the name.
+
+    `replication_factor` -1 takes the cluster's `default.replication.factor` (a `LocalCluster` sets it to 3).
+    """
     admin = admin_client(bootstrap)
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config=dict(config or {}))])
+    futures = admin.create_topics([NewTopic(name, partitions, replication_factor, config=dict(config or {}))])
     futures[name].result(timeout=30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from rocksdict import Rdict
 
 from ethereal_kafka.config.connectors import KafkaTableConfig
 from ethereal_kafka.connectors import table_pins
@@ -88,6 +89,31 @@ def test_a_second_process_copy_takes_another_slot(tmp_path: Path) -> None:
     finally:
         one.close()
         two.close()
+
+
+def test_a_rebuild_keeps_its_slot_against_a_worker_opening_meanwhile(tmp_path: Path, monkeypatch: Any) -> None:
+    # CI failure: a rebuild closed RocksDB (freeing its lock) before destroying the folder; a second worker opened
+    # the same slot in that window and the two destroyed each other's files ("while unlink() ... No such file").
+    spec = TableSpec.from_config(_config(tmp_path), "app")
+    first = TableStore(spec)
+    opened: list[TableStore] = []
+    destroy, calls = Rdict.destroy, []
+
+    def destroy_while_another_worker_opens(path: str, options: Any) -> None:
+        calls.append(path)
+        if len(calls) == 1:  # the second worker's own first build destroys too
+            opened.append(TableStore(spec))
+        destroy(path, options)
+
+    monkeypatch.setattr(Rdict, "destroy", destroy_while_another_worker_opens)
+    try:
+        first._reset("test")
+        assert [store.path.name for store in opened] == ["slot-1"]
+        assert first.path.name == "slot-0" and first.lookup([b"c1"]) == [None]
+    finally:
+        first.close()
+        for store in opened:
+            store.close()
 
 
 def test_sync_reads_forward_and_rebuilds_when_ahead_of_the_pins(store: TableStore, monkeypatch: Any) -> None:
