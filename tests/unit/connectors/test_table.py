@@ -91,7 +91,9 @@ def test_a_second_process_copy_takes_another_slot(tmp_path: Path) -> None:
         two.close()
 
 
-def test_a_rebuild_keeps_its_slot_against_a_worker_opening_meanwhile(tmp_path: Path, monkeypatch: Any) -> None:
+def test_a_rebuild_keeps_its_slot_against_a_worker_opening_meanwhile(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     # CI failure: a rebuild closed RocksDB (freeing its lock) before destroying the folder; a second worker opened
     # the same slot in that window and the two destroyed each other's files ("while unlink() ... No such file").
     spec = TableSpec.from_config(_config(tmp_path), "app")
