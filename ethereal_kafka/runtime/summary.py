@@ -64,7 +64,7 @@ class RunSummary:
         rows = [
             ("in", read),
             ("out", out),
-            ("dead-lettered", f"{self.dead_lettered:,}"),
+            ("dead-lettered", self._dead_lettered()),
             ("late", f"{self.late:,}"),
             (
                 "epochs",
@@ -82,3 +82,11 @@ class RunSummary:
         if self.state_rows:
             rows.append(("state", ", ".join(f"{q} {n:,} rows" for q, n in sorted(self.state_rows.items()))))
         return [f"summary of {self.app_id}: {self.seconds:.1f} s", *(f"  {k:<14} {v}" for k, v in rows)]
+
+    def _dead_lettered(self) -> str:
+        """The dead letters of the run: records that failed to decode, and, when there are some, elements whose
+        user code raised under `on.user.error=dlq` (so the line never reads 0 while user-code letters were sent)."""
+        user = self.user_errors.get("dlq", 0)
+        if not user:
+            return f"{self.dead_lettered:,}"
+        return f"{self.dead_lettered:,} undecodable, {user:,} from user code"

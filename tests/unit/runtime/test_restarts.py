@@ -87,3 +87,5 @@ def test_the_summary_shows_user_errors_and_restarts_when_there_are_some() -> Non
     busy = RunSummary("a", 1.0, 10, user_errors={"dlq": 3, "skip": 1}, restarts=2)
     assert "  user errors    3 dead-lettered, 1 skipped" in busy.lines()
     assert "  restarts       2" in busy.lines()
+    assert "  dead-lettered  0 undecodable, 3 from user code" in busy.lines()
+    assert "  dead-lettered  0" in RunSummary("a", 1.0, 10, user_errors={"skip": 1}).lines()
