@@ -100,6 +100,8 @@ class EpochRecord:
         records_read: Records the epoch's read tasks reported reading from Kafka (poison records included;
             transaction markers and aborted records not); None when the job ran without metrics or a report is
             missing.
+        operator: For an epoch that failed in user code, the operator whose code raised: `{"name": display name,
+            "uid": stable id}` (`DataStream.name`/`.uid`); None otherwise.
     """
 
     app_id: str
@@ -125,6 +127,7 @@ class EpochRecord:
     lag: SourceOffset = field(default_factory=dict)
     latency: Mapping[str, Any] | None = None
     records_read: int | None = None
+    operator: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
