@@ -10,7 +10,7 @@ runs per record in Python on the executors. Both are deterministic as long as th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
@@ -39,6 +39,14 @@ class GraphOwner(Protocol):
 
     def add_sink(self, node: g.Node, sink: str) -> None:
         """Write `node`'s stream to the job's sink connector `sink`."""
+        ...
+
+    def name_node(self, node: g.Node, name: str) -> None:
+        """Give `node` a display name."""
+        ...
+
+    def uid_node(self, node: g.Node, uid: str) -> None:
+        """Give `node` a stable id (unique in the job)."""
         ...
 
 
@@ -70,6 +78,33 @@ class DataStream:
 
     def _then(self, cls: type[g.Node], **attrs: Any) -> DataStream:
         return DataStream(self.env, self.env.add(cls, (self.node,), **attrs))
+
+    # -- identity (Flink's name() and uid()) ---------------------------------------------------------------------
+    def name(self, name: str) -> Self:
+        """Name the operator that makes this stream (Flink's `name()`): how errors, the web UI, metrics labels and
+        dead-letter headers show it. Display only; returns this stream.
+
+        Raises:
+            GraphError: the name is empty, spans lines or holds a quote.
+        """
+        self.env.name_node(self.node, name)
+        return self
+
+    def uid(self, uid: str) -> Self:
+        """Give the operator that makes this stream a stable id (Flink's `uid()`), unique in the job: it identifies
+        the operator in errors, metrics labels, dead-letter headers and the checkpoint history however the graph
+        around it changes. Without one, the uid is `kind#id` from the operator's position in the graph, which
+        changes when an operator is added before it. Returns this stream.
+
+        Raises:
+            GraphError: the uid is malformed, or another operator of the job has it.
+        """
+        self.env.uid_node(self.node, uid)
+        return self
+
+    def set_uid(self, uid: str) -> Self:
+        """Alias of `uid` (Flink's Python API spells it `set_uid`)."""
+        return self.uid(uid)
 
     # -- per-element operators -----------------------------------------------------------------------------------
     def map(self, function: Any, output_type: str | None = None) -> DataStream:

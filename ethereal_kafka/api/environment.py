@@ -13,6 +13,7 @@ Sources and sinks are the connector files the job file names; streams refer to t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,8 @@ class StreamExecutionEnvironment:
         self._nodes: list[g.Node] = []
         self._sinks: list[g.SinkNode] = []
         self._source_nodes: dict[str, g.SourceNode] = {}
+        self._names: dict[int, str] = {}
+        self._uids: dict[int, str] = {}
 
     @classmethod
     def from_job_file(cls, path: str | Path) -> StreamExecutionEnvironment:
@@ -127,15 +130,63 @@ class StreamExecutionEnvironment:
             raise GraphError(f"sink {sink!r} is written by two streams; union them first")
         self._sinks.append(self.add(g.SinkNode, (node,), sink=sink))
 
+    def name_node(self, node: g.Node, name: str) -> None:
+        """Give `node` a display name (`DataStream.name`); a later call replaces it.
+
+        Raises:
+            GraphError: the name is empty or spans lines.
+        """
+        if not isinstance(name, str) or not name.strip() or "\n" in name or "'" in name:
+            raise GraphError(f"{node.label}: name({name!r}): a name is one line of text without quotes")
+        self._check_owned(node)
+        self._names[node.id] = name
+
+    def uid_node(self, node: g.Node, uid: str) -> None:
+        """Give `node` a stable id (`DataStream.uid`); a later call replaces it.
+
+        Raises:
+            GraphError: the uid is malformed, or another operator of the job already has it.
+        """
+        if not isinstance(uid, str) or not g.UID_PATTERN.match(uid):
+            raise GraphError(
+                f"{node.label}: uid({uid!r}): a uid is 1-120 letters, digits or . _ : @ / # - (no spaces)"
+            )
+        self._check_owned(node)
+        for other, taken in self._uids.items():
+            if taken == uid and other != node.id:
+                raise GraphError(
+                    f"uid {uid!r} is given to two operators, {self._nodes[other].ref.auto} and "
+                    f"{node.ref.auto}: uids must be unique within a job"
+                )
+        self._uids[node.id] = uid
+
+    def _check_owned(self, node: g.Node) -> None:
+        if node not in self._nodes:
+            raise GraphError(f"{node.label} belongs to another environment")
+
     def graph(self) -> g.JobGraph:
-        """The graph built so far.
+        """The graph built so far, each node carrying the name and uid given to it.
 
         Raises:
             GraphError: no stream is written to a sink.
         """
         if not self._sinks:
             raise GraphError("the pipeline writes no stream to a sink (call stream.sink_to(name))")
-        return g.JobGraph(tuple(self._nodes), tuple(self._sinks))
+        if not self._names and not self._uids:
+            return g.JobGraph(tuple(self._nodes), tuple(self._sinks))
+        # Nodes are frozen and read their inputs, so a name given after a downstream node was added is applied by
+        # rebuilding the nodes in order (ids, inputs and everything else unchanged).
+        rebuilt: dict[int, g.Node] = {}
+        for node in self._nodes:
+            rebuilt[node.id] = dataclasses.replace(
+                node,
+                inputs=tuple(rebuilt[i.id] for i in node.inputs),
+                name=self._names.get(node.id, node.name),
+                uid=self._uids.get(node.id, node.uid),
+            )
+        nodes = tuple(rebuilt[n.id] for n in self._nodes)
+        sinks = tuple(rebuilt[s.id] for s in self._sinks)
+        return g.JobGraph(nodes, sinks)  # type: ignore[arg-type]
 
     # -- running -------------------------------------------------------------------------------------------------
     def execute(self, available_now: bool = False) -> int:
@@ -157,3 +208,4 @@ class StreamExecutionEnvironment:
         """Take over a graph built by another environment of the same job (used by `execute`)."""
         self._nodes = list(graph.nodes)
         self._sinks = list(graph.sinks)
+        self._names, self._uids = {}, {}

@@ -9,6 +9,7 @@ Field names starting with `__` are reserved for the framework's hidden columns (
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,46 @@ from ethereal_kafka.api.windows import Trigger, WindowAssigner
 JOIN_KINDS = ("inner", "left", "right", "full", "semi", "anti")
 
 
+#: What a uid may hold: it names the operator in dead-letter headers, metrics labels and the checkpoint history.
+UID_PATTERN = re.compile(r"^[A-Za-z0-9._:@/#-]{1,120}$")
+
+
+@dataclass(frozen=True)
+class OperatorRef:
+    """Who an operator is, as people see it: its name (`DataStream.name`) and its stable id (`DataStream.uid`).
+
+    Attributes:
+        auto: `kind#id` (`process#3`): the operator's position in the graph. It is the default name and the
+            default uid, so it changes when an operator is added before this one: give operators that people
+            (alerts, dashboards, dead-letter consumers) refer to a `uid`.
+        name: The display name the pipeline gave (`.name("detect-fraud")`), or None.
+        given_uid: The stable id the pipeline gave (`.uid("fraud-1")`), or None.
+    """
+
+    auto: str
+    name: str | None = None
+    given_uid: str | None = None
+
+    @property
+    def display(self) -> str:
+        """The name, or `kind#id`."""
+        return self.name or self.auto
+
+    @property
+    def uid(self) -> str:
+        """The stable id, or `kind#id` (derived from the graph position: not stable when the graph changes)."""
+        return self.given_uid or self.auto
+
+    def __str__(self) -> str:
+        """`'detect-fraud' (uid fraud-1)`, `'detect-fraud' (process#3)`, `process#3 (uid fraud-1)` or
+        `process#3`: how messages name the operator."""
+        if self.name is not None:
+            return f"'{self.name}' ({f'uid {self.given_uid}' if self.given_uid else self.auto})"
+        if self.given_uid is not None:
+            return f"{self.auto} (uid {self.given_uid})"
+        return self.auto
+
+
 @dataclass(frozen=True, eq=False)
 class Node:
     """Base of graph nodes.
@@ -30,15 +71,27 @@ class Node:
         id: Position in the environment's node list (stable for a given pipeline function): names operators in
             messages and their state in the checkpoint, so a pipeline must add its operators in a fixed order.
         inputs: The nodes this one reads (one for most, two for joins, any number for unions).
+        name: The display name given with `DataStream.name()`, or None.
+        uid: The stable id given with `DataStream.uid()`, or None.
     """
 
     id: int
     inputs: tuple[Node, ...]
+    name: str | None = None
+    uid: str | None = None
+
+    @property
+    def ref(self) -> OperatorRef:
+        """The operator's name and ids (`OperatorRef`)."""
+        return OperatorRef(
+            f"{type(self).__name__.removesuffix('Node').lower()}#{self.id}", self.name, self.uid
+        )
 
     @property
     def label(self) -> str:
-        """`kind#id`, used in messages."""
-        return f"{type(self).__name__.removesuffix('Node').lower()}#{self.id}"
+        """How messages name the operator: `kind#id`, with its name and uid when the pipeline gave them
+        (`str(OperatorRef)`)."""
+        return str(self.ref)
 
 
 @dataclass(frozen=True, eq=False)

@@ -106,6 +106,8 @@ class EpochRecord:
         operators: Rows in and out of each operator of the query's stream graph in the epoch, `{node id: [in,
             out]}` (`runtime.operator_rows`; None for a figure Spark does not count separately); None when the job
             ran without metrics.
+        operator: For an epoch that failed in user code, the operator whose code raised: `{"name": display name,
+            "uid": stable id}` (`DataStream.name`/`.uid`); None otherwise.
     """
 
     app_id: str
@@ -133,6 +135,7 @@ class EpochRecord:
     records_read: int | None = None
     run_started_ms: int | None = None
     operators: Mapping[str, Any] | None = None
+    operator: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

@@ -17,6 +17,11 @@ def register(sub: Any) -> None:
         help="folder holding demo-job.properties and its connector files (default: the copies the package ships)",
     )
     parser.add_argument("--records", type=int, default=2000, help="orders to feed into the input topic")
+    parser.add_argument(
+        "--bootstrap",
+        default=None,
+        help="use this running Kafka cluster instead of starting a local broker (topics: $DEMO_INPUT_TOPIC, ...)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -24,5 +29,5 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo and print its output."""
     from ethereal_kafka.demo import run_demo
 
-    run_demo(args.connectors, args.records)
+    run_demo(args.connectors, args.records, args.bootstrap)
     return 0

@@ -27,6 +27,8 @@ class Guarantee(StrEnum):
 
 
 EPOCH_SIZING = ("adaptive", "fixed")
+USER_ERROR_POLICIES = ("fail", "skip", "dlq")
+RESTART_STRATEGIES = ("none", "fixed-delay", "failure-rate")
 SCALING_POLICIES = ("off", "lag", "throughput", "latency")
 _APP_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 _PIPELINE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -46,6 +48,36 @@ def _pipeline(value: str) -> str | None:
 
 def _fraction(value: float) -> str | None:
     return None if 0 < value <= 1 else "expected a fraction in (0, 1]"
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartPolicy:
+    """What the runner does after a failed epoch (Flink's restart strategies; `restart.*` keys of the job).
+
+    Attributes:
+        strategy: `none` (exit at once), `fixed-delay` or `failure-rate`.
+        attempts: fixed-delay: restarts before giving up.
+        delay_ms: Wait before each restart.
+        max_failures: failure-rate: most failures within `interval_ms`.
+        interval_ms: failure-rate: the sliding interval.
+    """
+
+    strategy: str
+    attempts: int = 3
+    delay_ms: int = 1000
+    max_failures: int = 3
+    interval_ms: int = 60000
+
+    def describe(self) -> str:
+        """The policy as its job keys (`restart.strategy=fixed-delay, restart.attempts=3`)."""
+        if self.strategy == "fixed-delay":
+            return f"restart.strategy=fixed-delay, restart.attempts={self.attempts}"
+        if self.strategy == "failure-rate":
+            return (
+                f"restart.strategy=failure-rate, restart.failure-rate.max-failures={self.max_failures} per "
+                f"restart.failure-rate.interval.ms={self.interval_ms}"
+            )
+        return "restart.strategy=none"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, repr=False)
@@ -148,6 +180,51 @@ class JobConfig(Model):
         doc="Spark state store of stateful operators: rocksdb (needed by the framework's operators: process "
         "functions, rolling aggregates, Python window functions) or memory (Spark-native operators only); fixed "
         "for a checkpoint's life",
+    )
+
+    on_user_error: str = setting(
+        "fail",
+        key="on.user.error",
+        choices=USER_ERROR_POLICIES,
+        doc="an element whose user function raises: fail the epoch, skip the element, or send it to "
+        "user.error.dlq.topic (dlq; exactly-once, committed with the epoch); see docs/operators.md",
+    )
+    user_error_dlq_topic: str | None = setting(
+        None,
+        key="user.error.dlq.topic",
+        doc="dead-letter topic of on.user.error=dlq (on the cluster of the job's sources and sinks)",
+    )
+    restart_strategy: str = setting(
+        "none",
+        key="restart.strategy",
+        choices=RESTART_STRATEGIES,
+        doc="after a failed epoch: exit at once (none), or restart the queries from the checkpoint in the same "
+        "process, up to restart.attempts times (fixed-delay) or while at most restart.failure-rate.max-failures "
+        "failures fall within restart.failure-rate.interval.ms (failure-rate), restart.delay.ms apart",
+    )
+    restart_attempts: int | None = setting(
+        None,
+        key="restart.attempts",
+        check=positive,
+        doc="fixed-delay: restarts before the job gives up (default 3)",
+    )
+    restart_delay_ms: int | None = setting(
+        None,
+        key="restart.delay.ms",
+        check=non_negative,
+        doc="fixed-delay and failure-rate: wait before each restart (default 1000)",
+    )
+    restart_max_failures: int | None = setting(
+        None,
+        key="restart.failure-rate.max-failures",
+        check=positive,
+        doc="failure-rate: most failures within restart.failure-rate.interval.ms (default 3)",
+    )
+    restart_interval_ms: int | None = setting(
+        None,
+        key="restart.failure-rate.interval.ms",
+        check=positive,
+        doc="failure-rate: the sliding interval failures are counted in (default 60000)",
     )
 
     epoch_sizing: str = setting(
@@ -253,6 +330,46 @@ class JobConfig(Model):
                 f"(got {'both' if self.pipeline else 'neither'})"
             )
         self._validate_scaling()
+        self._validate_failures()
+
+    def _validate_failures(self) -> None:
+        if self.on_user_error == "dlq" and not self.user_error_dlq_topic:
+            raise ConfigError("job: on.user.error=dlq needs user.error.dlq.topic")
+        if self.user_error_dlq_topic and self.on_user_error != "dlq":
+            raise ConfigError(
+                f"job: user.error.dlq.topic is set but on.user.error={self.on_user_error}; set on.user.error=dlq "
+                "or remove the topic"
+            )
+        applies = {
+            "restart.attempts": (self.restart_attempts, ("fixed-delay",)),
+            "restart.delay.ms": (self.restart_delay_ms, ("fixed-delay", "failure-rate")),
+            "restart.failure-rate.max-failures": (self.restart_max_failures, ("failure-rate",)),
+            "restart.failure-rate.interval.ms": (self.restart_interval_ms, ("failure-rate",)),
+        }
+        for key, (value, strategies) in applies.items():
+            if value is not None and self.restart_strategy not in strategies:
+                raise ConfigError(
+                    f"job: {key} applies to restart.strategy={' or '.join(strategies)}, but the job sets "
+                    f"restart.strategy={self.restart_strategy}"
+                )
+        policy = self.restart_policy
+        if policy.strategy == "failure-rate" and policy.delay_ms * policy.max_failures >= policy.interval_ms:
+            raise ConfigError(
+                f"job: restart.failure-rate.interval.ms={policy.interval_ms} is not longer than "
+                f"restart.failure-rate.max-failures={policy.max_failures} restarts of restart.delay.ms="
+                f"{policy.delay_ms}: the job would never give up; lengthen the interval or shorten the delay"
+            )
+
+    @property
+    def restart_policy(self) -> RestartPolicy:
+        """The restart strategy with its defaults filled in (`RestartPolicy`)."""
+        return RestartPolicy(
+            self.restart_strategy,
+            attempts=self.restart_attempts if self.restart_attempts is not None else 3,
+            delay_ms=self.restart_delay_ms if self.restart_delay_ms is not None else 1000,
+            max_failures=self.restart_max_failures if self.restart_max_failures is not None else 3,
+            interval_ms=self.restart_interval_ms if self.restart_interval_ms is not None else 60000,
+        )
 
     def _validate_scaling(self) -> None:
         if self.epoch_min_records > self.epoch_max_records:
@@ -364,6 +481,15 @@ def load_job(path: str | Path, env: Mapping[str, str] | None = None) -> LoadedJo
             raise ConfigError(f"{job_path}: two connectors are named {table.name!r}")
         tables[table.name] = table
         files[table.name] = job_path.parent / name
+    if job.on_user_error == "dlq":
+        clusters = {s.bootstrap_servers for s in sources.values()} | {
+            s.bootstrap_servers for s in sinks.values()
+        }
+        if len(clusters) > 1:
+            raise ConfigError(
+                f"{job_path}: on.user.error=dlq needs the job's sources and sinks on one cluster (the dead letters "
+                f"commit in the epoch's transactions), but they name {', '.join(sorted(clusters))}"
+            )
     return LoadedJob(job_path, job, sources, sinks, tables, files)
 
 

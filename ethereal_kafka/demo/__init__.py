@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -104,6 +105,8 @@ def pipeline(env: StreamExecutionEnvironment) -> None:
         orders.filter(F.col("amount") >= LARGE_ORDER)
         .with_columns(total=F.round(F.col("amount") * (1 + TAX), 2))
         .select("order_id", "customer", "amount", "ts", "total")
+        .name("large orders with tax")
+        .uid("large-orders-with-tax")
         .key_by("customer")
         .sink_to("large-orders")
     )
@@ -116,6 +119,8 @@ def pipeline(env: StreamExecutionEnvironment) -> None:
         .key_by("customer")
         .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
         .agg(F.round(F.sum("amount"), 2).alias("revenue"), F.count("*").alias("orders"))
+        .name("revenue per customer per 10 s")
+        .uid("revenue-10s")
         .sink_to("revenue")
     )
 
@@ -140,66 +145,96 @@ def create_demo_topics(bootstrap: str, loaded: Any, partitions: int = 2) -> list
     return created
 
 
-def run_demo(connectors: Path | None, records: int) -> None:
+def run_demo(connectors: Path | None, records: int, bootstrap: str | None = None) -> None:
     """Run the whole demo (see module docstring); raises on any failure so `make demo` exits non-zero.
 
-    `connectors`: a folder holding `demo-job.properties` and its connector files; None = the files the package ships.
-    """
-    from ethereal_kafka.runtime.runner import start, stop_session
-    from ethereal_kafka.runtime.spark import local_session
+    It prints what `ethereal-kafka run` prints (the runner's lifecycle lines on stderr, among them the web UI's
+    address; Spark's and the JVM's own output in the run's log folder) and its own `[demo]` lines on stdout: the
+    broker, the job in one line, each query's epochs, the output checked against the reference, and what to try
+    next.
 
+    Args:
+        connectors: A folder holding `demo-job.properties` and its connector files; None = the package's.
+        records: Orders to feed.
+        bootstrap: A running broker to use (its topics named by `DEMO_*_TOPIC`, default `demo-*`); None = start a
+            local broker in a temporary folder, and stop it at the end.
+    """
     state = Path(tempfile.mkdtemp(prefix="ethereal-kafka-demo-"))
-    broker = LocalBroker(BrokerSettings(name="demo", state_dir=state / "broker"))
-    began = time.monotonic()
-    status = broker.start()
-    assert status.bootstrap is not None
-    print(f"[demo] broker: {status.describe()} in {time.monotonic() - began:.1f}s")
+    broker = None
+    if bootstrap is None:
+        broker = LocalBroker(BrokerSettings(name="demo", state_dir=state / "broker"))
+        began = time.monotonic()
+        status = broker.start()
+        assert status.bootstrap is not None
+        bootstrap = status.bootstrap
+        print(f"[demo] broker: {status.describe()} in {time.monotonic() - began:.1f}s", flush=True)
     try:
-        os.environ["ETHEREAL_KAFKA_BOOTSTRAP"] = status.bootstrap
+        os.environ["ETHEREAL_KAFKA_BOOTSTRAP"] = bootstrap
         os.environ["ETHEREAL_KAFKA_STATE"] = str(state)
         os.environ["DEMO_RUN"] = state.name.rsplit("-", 1)[-1]  # a fresh app.id (and history) per demo run
         loaded = load_job(demo_job_file() if connectors is None else connectors / "demo-job.properties")
         source = loaded.sources["orders"]
-        print(f"[demo] job:    {loaded.job!r}")
-        print(f"[demo] source: {source!r}")
-        for sink in loaded.sinks.values():
-            print(f"[demo] sink:   {sink!r}")
-        create_demo_topics(status.bootstrap, loaded)
+        print(f"[demo] job {describe_job(loaded)}", flush=True)
+        create_demo_topics(bootstrap, loaded)
         orders = demo_orders(records)
-        produce(status.bootstrap, source.topics[0], orders)
-        print(f"[demo] fed {len(orders)} orders into {source.topics[0]}")
-        _run_job(local_session, start, stop_session, loaded, state)
+        produce(bootstrap, source.topics[0], orders)
+        print(f"[demo] fed {len(orders)} orders into {source.topics[0]}", flush=True)
+        _run_job(loaded)
         large_topic = str(loaded.sinks["large-orders"].topic)
         revenue_topic = str(loaded.sinks["revenue"].topic)
-        _check_large(status.bootstrap, large_topic, expected_large(orders))
-        _check_revenue(status.bootstrap, revenue_topic, expected_revenue(orders))
+        _check_large(bootstrap, large_topic, expected_large(orders))
+        _check_revenue(bootstrap, revenue_topic, expected_revenue(orders))
+        print(
+            f"[demo] try next: .venv/bin/ethereal-kafka ui {loaded.job.app_id} (this run's stream graph and "
+            'epochs in the web UI), then write your own job: README.md, "A first job" (from Flink: '
+            "docs/from-flink.md)"
+        )
     finally:
         from ethereal_kafka.connectors.kafka.clients import close_cached_clients
 
         close_cached_clients()  # the job's cached clients would otherwise keep calling the stopped broker
-        broker.destroy()
-        print("[demo] broker stopped")
+        if broker is not None:
+            broker.destroy()
+            print("[demo] broker stopped")
 
 
-def _run_job(local_session: Any, start: Any, stop_session: Any, loaded: Any, state: Path) -> None:
-    spark = local_session("ethereal-kafka-demo", conf={"spark.sql.warehouse.dir": str(state / "warehouse")})
-    try:
-        began = time.monotonic()
-        running, coordinator = start(spark, loaded, available_now=True)
-        running.await_termination()
-        modes = ", ".join(f"{name}: {query.layout}" for name, query in coordinator.queries.items())
-        print(
-            f"[demo] job finished ({loaded.job.delivery_guarantee}; queries {modes}) "
-            f"in {time.monotonic() - began:.1f}s"
-        )
-        if coordinator.history is not None:
-            for entry in coordinator.history.records():
-                print(
-                    f"[demo]   epoch {entry.epoch} ({entry.mode}): {entry.outcome}, in {entry.records_in} out "
-                    f"{entry.records_out}, {entry.tasks} task transaction(s), {entry.duration_ms} ms"
-                )
-    finally:
-        stop_session(spark)
+def describe_job(loaded: Any) -> str:
+    """The demo job in one line: `APP: orders (topic) -> large-orders (topic), revenue (topic); exactly-once`."""
+    sources = ", ".join(f"{n} ({', '.join(c.topics)})" for n, c in loaded.sources.items())
+    sinks = ", ".join(f"{n} ({c.topic})" for n, c in loaded.sinks.items())
+    return f"{loaded.job.app_id}: {sources} -> {sinks}; {loaded.job.delivery_guarantee}"
+
+
+#: What each of the demo's queries is, for its epoch lines.
+QUERY_NOTES = {
+    "partition-preserving": "each input partition's offsets commit with its output in its sink task's transaction",
+    "shuffling": "stateful; the input offsets commit in phase two, once every sink task committed",
+}
+
+
+def _run_job(loaded: Any) -> None:
+    """Run the job as `ethereal-kafka run --available-now` does (`runtime.runner.run_loaded`), then print each
+    query's epochs from the app's checkpoint history."""
+    from ethereal_kafka.checkpoint.history import CheckpointHistory
+    from ethereal_kafka.runtime.logs import configure_python_logging, default_log_dir
+    from ethereal_kafka.runtime.runner import run_loaded
+
+    logs = default_log_dir(loaded.job.app_id)
+    configure_python_logging(logs)
+    began = time.monotonic()
+    run_loaded(loaded, logs, available_now=True)
+    sys.stderr.flush()
+    print(f"[demo] job finished in {time.monotonic() - began:.1f}s; its epochs, per query:", flush=True)
+    with CheckpointHistory(loaded.job.app_id, read_only=True) as history:
+        entries = history.records()
+    for query in sorted({e.query for e in entries}):
+        mine = [e for e in entries if e.query == query]
+        print(f"[demo] query {query} ({mine[0].mode}: {QUERY_NOTES.get(mine[0].mode, mine[0].mode)})")
+        for entry in mine:
+            print(
+                f"[demo]   {query} epoch {entry.epoch}: {entry.outcome_detail}, in {entry.records_in} out "
+                f"{entry.records_out}, {entry.tasks} task transaction(s), {entry.duration_ms} ms"
+            )
 
 
 def _check_large(bootstrap: str, topic: str, expected: list[dict[str, object]]) -> None:

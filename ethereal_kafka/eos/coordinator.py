@@ -290,14 +290,16 @@ class CheckpointCoordinator:
                 )
 
     def _open_dead_letters(self) -> None:
-        """Listen for dead letters when a shuffling query reads a source with `on.error=dlq` under exactly-once."""
+        """Listen for dead letters when a shuffling query reads a source with `on.error=dlq`, or the job dead-letters
+        user-code errors (`on.user.error=dlq`), under exactly-once."""
         self.dead_letters.close()
+        user = self.job.on_user_error == "dlq"
         self.dead_letters = DeadLetterCollector(
             source.group
             for name, query in self.queries.items()
             if query.layout == Layout.SHUFFLING
             for source in self.query_sources(name)
-            if source.on_error == "dlq" and source.dlq_delivery == "epoch"
+            if user or (source.on_error == "dlq" and source.dlq_delivery == "epoch")
         )
         self.dead_letters.open()
 

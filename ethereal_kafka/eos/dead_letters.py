@@ -16,6 +16,13 @@ cannot know which query shape it serves (`eos.source.ExactlyOnceKafkaSource` cal
 
 Spark may run a read more than once (a retried task, a recomputed stage); both ways key dead letters by their
 source topic, partition and offset, so a record is produced once per epoch.
+
+Elements that made user code raise (`on.user.error=dlq`) travel the same two ways (`EpochHandoff`, which the plan's
+operators are given): a task-local file named after the Spark task attempt, which the sink task of that attempt
+takes (partition-preserving: the operator and the sink run in one task), and a report to the driver whose letters
+phase two takes by offset: every letter of a source partition below the epoch's end offset (a shuffling query's
+epochs run one after the other, so those are the epoch's). They are keyed by their source record, the operator's
+uid and the element's rank, so a task run twice dead-letters an element once.
 """
 
 from __future__ import annotations
@@ -71,8 +78,13 @@ def leave(report: DeadLetterReport) -> None:
     os.replace(partial, path)
     with contextlib.suppress(Exception):
         publish(report, DEAD_LETTERS_ACCUMULATOR_ID)
+    _sweep(path.parent)
+
+
+def _sweep(folder: Path) -> None:
+    """Remove handoff files older than `HANDOFF_TTL_S` (those of task attempts that failed, of shuffling queries)."""
     now = time.time()
-    for old in path.parent.iterdir():
+    for old in folder.iterdir():
         with contextlib.suppress(OSError):
             if now - old.stat().st_mtime > HANDOFF_TTL_S:
                 old.unlink()
@@ -95,24 +107,79 @@ def forget(group: str, topic: str, partition: int, start: int, until: int) -> No
 
 
 def unique(letters: Iterable[DeadLetter]) -> list[DeadLetter]:
-    """Each record once (a read run twice reports its dead letters twice), in (topic, partition, offset) order."""
-    by_origin = {(d.topic, d.partition, d.offset): d for d in letters}
+    """Each letter once (a read run twice reports its dead letters twice), in (topic, partition, offset) order."""
+    by_origin = {d.identity: d for d in letters}
     return [by_origin[k] for k in sorted(by_origin)]
 
 
+#: `DeadLetterReport.until` of a report whose letters phase two places by their own offsets (user-code errors).
+BY_OFFSET = -1
+
+
+def _user_path(group: str, attempt: int, part: str) -> Path:
+    folder = Path(tempfile.gettempdir()) / "ethereal-kafka-dead-letters"
+    return folder / f"{group}@task-{attempt}@{part}.user.pickle"
+
+
+@dataclass(frozen=True)
+class EpochHandoff:
+    """Where an operator leaves the dead letters of user-code errors under exactly-once (`on.user.error=dlq`), so
+    that they commit with their epoch (see the module docstring). Picklable: the plan's operators carry it to the
+    executors and call `keep` in the Spark task that found the letters."""
+
+    def keep(self, group: str, letters: Sequence[DeadLetter]) -> None:
+        """Leave `letters` (of source records read under `group`) for the sink task of this task attempt, and
+        report them to the driver for phase two. A no-op without letters."""
+        if not letters:
+            return
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        attempt = context.taskAttemptId() if context is not None else -1
+        path = _user_path(group, attempt, f"{os.getpid()}-{time.monotonic_ns()}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        partial.write_bytes(pickle.dumps(tuple(letters)))
+        os.replace(partial, path)
+        _sweep(path.parent)
+        with contextlib.suppress(Exception):
+            publish(
+                DeadLetterReport(group, "", -1, BY_OFFSET, BY_OFFSET, tuple(letters)),
+                DEAD_LETTERS_ACCUMULATOR_ID,
+            )
+
+
+def take_user(group: str, attempt: int) -> list[DeadLetter]:
+    """Sink side (partition-preserving): the user-code dead letters the operators of this task attempt left (of
+    source records read under `group`), once each. The files stay until `forget_user`."""
+    letters: list[DeadLetter] = []
+    for path in _user_path(group, attempt, "*").parent.glob(_user_path(group, attempt, "*").name):
+        with contextlib.suppress(FileNotFoundError):
+            letters.extend(pickle.loads(path.read_bytes()))
+    return unique(letters)
+
+
+def forget_user(group: str, attempt: int) -> None:
+    """Remove this task attempt's user-code dead-letter files once they are committed (or were before)."""
+    pattern = _user_path(group, attempt, "*")
+    for path in pattern.parent.glob(pattern.name):
+        path.unlink(missing_ok=True)
+
+
 class DeadLetterCollector:
-    """The driver's side of the shuffling queries' dead letters: keeps what read tasks report (on the accumulator
-    server's thread) until phase two of their epoch takes them. Thread-safe.
+    """The driver's side of the shuffling queries' dead letters: keeps what read tasks and operators report (on the
+    accumulator server's thread) until phase two of their epoch takes them. Thread-safe.
 
     Args:
-        groups: The consumer groups whose reads hand their dead letters to phase two (the groups of shuffling
-            queries reading a source with `on.error=dlq` under exactly-once); reports of other groups are ignored
-            (partition-preserving sink tasks commit their own).
+        groups: The consumer groups whose reads and operators hand their dead letters to phase two (the groups of
+            shuffling queries reading a source with `on.error=dlq`, or of a job with `on.user.error=dlq`, under
+            exactly-once); reports of other groups are ignored (partition-preserving sink tasks commit their own).
     """
 
     def __init__(self, groups: Iterable[str]) -> None:
         self.groups = frozenset(groups)
         self._letters: dict[tuple[str, str, int, int], list[DeadLetter]] = {}
+        self._by_offset: dict[tuple[str, str, int], list[DeadLetter]] = {}  # (group, topic, partition)
         self._lock = threading.Lock()
         self._channel: ReportChannel | None = None
 
@@ -132,13 +199,27 @@ class DeadLetterCollector:
         """Keep the reports of this collector's groups, by range (`group`, topic, partition, range end)."""
         with self._lock:
             for report in reports:
-                if report.group in self.groups:
-                    key = (report.group, report.topic, report.partition, report.until)
-                    self._letters.setdefault(key, []).extend(report.letters)
+                if report.group not in self.groups:
+                    continue
+                if report.until == BY_OFFSET:
+                    for letter in report.letters:
+                        place = (report.group, letter.topic, letter.partition)
+                        self._by_offset.setdefault(place, []).append(letter)
+                    continue
+                key = (report.group, report.topic, report.partition, report.until)
+                self._letters.setdefault(key, []).extend(report.letters)
 
     def take(self, group: str, ends: Iterable[TopicPartition]) -> list[DeadLetter]:
         """The dead letters the reads of these ranges reported (`ends` carry each range's end offset), once each,
         in (topic, partition, offset) order; they are forgotten here."""
         with self._lock:
             taken = [self._letters.pop((group, tp.topic, tp.partition, tp.offset), []) for tp in ends]
+            for tp in ends:
+                kept = self._by_offset.get((group, tp.topic, tp.partition), [])
+                taken.append([d for d in kept if d.offset < tp.offset])
+                later = [d for d in kept if d.offset >= tp.offset]
+                if later:
+                    self._by_offset[(group, tp.topic, tp.partition)] = later
+                else:
+                    self._by_offset.pop((group, tp.topic, tp.partition), None)
         return unique(d for letters in taken for d in letters)

@@ -9,6 +9,7 @@ commit log, so Kafka is never behind Spark.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from ethereal_kafka.eos.names import progress_group, progress_topic
 from ethereal_kafka.eos.partitioning import hash_partitioned
 from ethereal_kafka.eos.phase_one import RESULT_SCHEMA, write_task
 from ethereal_kafka.eos.task_plan import EpochRanges, EpochWrite, TaskSlot
+from ethereal_kafka.plan.errors import failed_operator, user_error_line
 from ethereal_kafka.plan.query import Layout
 
 if TYPE_CHECKING:
@@ -94,9 +96,14 @@ class EpochWriter:
                 if self.query.layout == Layout.SHUFFLING:
                     c.commit_source_offsets(ends, checkpoint, batch_id, self.name, epoch.digest)
         except Exception as exc:
+            text = str(exc)
             failed = self._entry(
-                checkpoint, batch_id, self.query.layout, epoch, 0, tasks, skipped, began, str(exc)
-            )
+                checkpoint, batch_id, self.query.layout, epoch, 0, tasks, skipped, began,
+                user_error_line(text) or text,
+            )  # fmt: skip
+            operator = failed_operator(text)
+            if operator is not None:
+                failed = dataclasses.replace(failed, operator=operator)
             c.record(failed, self.name, self._task_rows)
             raise
         done = self._entry(checkpoint, batch_id, mode, epoch, written, tasks, skipped, began, None)
@@ -108,6 +115,7 @@ class EpochWriter:
         c = self.coordinator
         outputs = self.plain.outputs(batch)
         dead_letter_topic = None
+        user_dead_letters = False
         if self.query.layout == Layout.PARTITION_PRESERVING:
             (source,) = c.query_sources(self.name)
             slots = tuple(
@@ -116,6 +124,7 @@ class EpochWriter:
             )
             if source.on_error == "dlq" and source.dlq_delivery == "epoch":
                 dead_letter_topic = source.dlq_topic
+            user_dead_letters = c.job.on_user_error == "dlq"
             frame = batch  # one Spark partition per input partition: a task past the slots refuses to write
         else:
             tasks = c.job.sink_tasks
@@ -127,6 +136,7 @@ class EpochWriter:
             )
         write = EpochWrite(
             dead_letter_topic=dead_letter_topic,
+            user_dead_letters=user_dead_letters,
             app_id=c.app_id,
             instance_id=c.instance_id,
             checkpoint_id=checkpoint,

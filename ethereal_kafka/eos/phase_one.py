@@ -49,7 +49,7 @@ from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN, OutRecor
 from ethereal_kafka.connectors.kafka.sink import TOO_LARGE_CODES, send_records, too_large
 from ethereal_kafka.connectors.kafka.stall import send_offsets
 from ethereal_kafka.eos.committed import read_marker
-from ethereal_kafka.eos.dead_letters import forget, take
+from ethereal_kafka.eos.dead_letters import forget, forget_user, take, take_user
 from ethereal_kafka.eos.errors import FencedError, TransactionError
 from ethereal_kafka.eos.markers import EpochMarker, OwnerClaim
 from ethereal_kafka.eos.names import owner_group, progress_topic
@@ -172,8 +172,10 @@ class _Input:
 class TransactionalTask:
     """Commits one task's records and marker exactly once (see the module docstring); one instance per attempt."""
 
-    def __init__(self, write: EpochWrite, index: int) -> None:
-        """Raises:
+    def __init__(self, write: EpochWrite, index: int, attempt_id: int = -1) -> None:
+        """`attempt_id`: the Spark task attempt (whose operators left user-code dead letters for it).
+
+        Raises:
         TransactionError: the epoch has no slot for task `index` (more Spark partitions than slots): nothing
             may be written under an identity the coordinator does not know.
         """
@@ -184,6 +186,7 @@ class TransactionalTask:
             )
         self.write = write
         self.index = index
+        self.attempt_id = attempt_id
         self.slot: TaskSlot = write.slots[index]
         self.txn_id = write.transactional_id(self.slot)
         sink = write.sink
@@ -393,17 +396,26 @@ class TransactionalTask:
         return f"{task})"
 
     def _dead_letters(self) -> Iterator[OutRecord]:
-        """The dead letters the read of this task's range left (partition-preserving, `on.error=dlq`): committed in
-        this transaction, with the output and the input offset."""
-        topic = self.write.dead_letter_topic
-        if topic is None or self.slot.start_offset < 0:
+        """The dead letters the read of this task's range left (partition-preserving, `on.error=dlq`) and those its
+        operators left for user-code errors (`on.user.error=dlq`): committed in this transaction, with the output
+        and the input offset."""
+        if self.slot.start_offset < 0:
             return
-        for letter in take(*self._range()):
-            yield OutRecord(topic, None, letter.key, letter.value, list(letter.headers))
+        topic = self.write.dead_letter_topic
+        if topic is not None:
+            for letter in take(*self._range()):
+                yield OutRecord(letter.target or topic, None, letter.key, letter.value, list(letter.headers))
+        if self.write.user_dead_letters:
+            for letter in take_user(self.slot.marker_group, self.attempt_id):
+                yield OutRecord(str(letter.target), None, letter.key, letter.value, list(letter.headers))
 
     def _forget(self) -> None:
-        if self.write.dead_letter_topic is not None and self.slot.start_offset >= 0:
+        if self.slot.start_offset < 0:
+            return
+        if self.write.dead_letter_topic is not None:
             forget(*self._range())
+        if self.write.user_dead_letters:
+            forget_user(self.slot.marker_group, self.attempt_id)
 
     def _range(self) -> tuple[str, str, int, int, int]:
         slot = self.slot
@@ -456,8 +468,9 @@ def write_task(write: EpochWrite, batches: Iterator[pa.RecordBatch]) -> Iterator
 
     context = TaskContext.get()
     index = context.partitionId() if context is not None else 0
+    attempt = context.taskAttemptId() if context is not None else -1
     per_sink = [0] * len(write.outputs)
-    task = TransactionalTask(write, index)
+    task = TransactionalTask(write, index, attempt)
     committed = task.commit(_count_rows(batches, per_sink))
     yield pa.RecordBatch.from_pydict(
         {

@@ -135,9 +135,10 @@ class PhaseTwo:
         marker: EpochMarker,
     ) -> None:
         """One transaction of the phase-two producer `txn_id`: the epoch's dead letters of `source` (shuffling
-        queries, `on.error=dlq`), then its end offsets with `marker` (`tps` carry both). Every call that waits
-        on the broker is bounded (`bounded_call`): after a coordinator restart librdkafka's
-        `send_offsets_to_transaction` can block forever, and the epoch must instead go on with a new producer.
+        queries, `on.error=dlq`, and user-code errors under `on.user.error=dlq`), then its end offsets with
+        `marker` (`tps` carry both). Every call that waits on the broker is bounded (`bounded_call`): after a
+        coordinator restart librdkafka's `send_offsets_to_transaction` can block forever, and the epoch must instead
+        go on with a new producer.
 
         A commit reported failed may have landed (a timeout while the coordinator applied it, a coordinator
         failover): before every retry the marker is read again, and a retry that finds it committed ends there
@@ -147,7 +148,10 @@ class PhaseTwo:
             FencedError: another instance took the app over.
             KafkaConnectionError: no commit within phase two's retries and deadline.
         """
-        records = [OutRecord(str(source.dlq_topic), None, d.key, d.value, list(d.headers)) for d in letters]
+        records = [
+            OutRecord(d.target or str(source.dlq_topic), None, d.key, d.value, list(d.headers))
+            for d in letters
+        ]
 
         tries = 0
 

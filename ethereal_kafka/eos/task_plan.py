@@ -93,6 +93,8 @@ class EpochWrite:
         ranges: The digest of the epoch's input ranges its markers carry (`EpochRanges.digest`).
         dead_letter_topic: Partition-preserving under `on.error=dlq`: where the task commits the dead letters the
             read of its range left (`dead_letters.take`); None otherwise.
+        user_dead_letters: Partition-preserving under `on.user.error=dlq`: the task also commits the dead letters
+            of user-code errors its operators left (`dead_letters.take_user`; each names its topic).
     """
 
     app_id: str
@@ -105,6 +107,7 @@ class EpochWrite:
     slots: tuple[TaskSlot, ...]
     transaction_timeout_ms: int
     dead_letter_topic: str | None = None
+    user_dead_letters: bool = False
 
     @property
     def sink(self) -> KafkaSinkConfig:

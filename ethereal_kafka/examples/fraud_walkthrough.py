@@ -83,6 +83,8 @@ def build(env: StreamExecutionEnvironment) -> None:
         )
         .key_by("account_id")
         .process(FraudDetector(), output_type=ALERT_DDL)
+        .name("fraud-detector")
+        .uid("fraud-detector")
         .sink_to("alerts")
     )
 

@@ -32,13 +32,19 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from ethereal_kafka.config.job import JobConfig
+    from ethereal_kafka.plan.user_errors import UserErrors
 
 
 def compile_graph(
-    spark: SparkSession, graph: g.JobGraph, job: JobConfig | None, connectors: ConnectorSet
+    spark: SparkSession,
+    graph: g.JobGraph,
+    job: JobConfig | None,
+    connectors: ConnectorSet,
+    user_errors: UserErrors | None = None,
 ) -> list[tuple[Query, DataFrame]]:
     """Compile `graph` into queries, each with the DataFrame it writes (sink key/value columns, `__sink` with several
-    sinks); see the module docstring.
+    sinks); see the module docstring. `user_errors`: the job's `on.user.error` (`plan.user_errors`; None: user-code
+    errors fail the epoch).
 
     Raises:
         GraphError: the graph uses a combination the engine cannot run (the message names the operator).
@@ -47,7 +53,7 @@ def compile_graph(
     for planned in group_sinks(graph, connectors.sources):
         plan = pin_lookup_tables(planned, graph, dict(connectors.tables))
         ctx = CompileContext(
-            spark, job, plan.sources, dict(connectors.sinks), dict(connectors.tables), plan.name
+            spark, job, plan.sources, dict(connectors.sinks), dict(connectors.tables), plan.name, user_errors
         )
         frame, sinks = bind_sinks(ctx, plan)
         layout, stateful, _ = classify(frame)

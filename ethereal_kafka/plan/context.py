@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from ethereal_kafka.config.job import JobConfig
+    from ethereal_kafka.plan.user_errors import OperatorErrors, UserErrors
 
 N = TypeVar("N", bound=g.Node)
 NodeCompiler = Callable[["CompileContext", N, list[Stream]], Stream]
@@ -49,6 +50,7 @@ class CompileContext:
         sinks: The job's sink connectors.
         tables: The job's table connectors (lookup joins), by name.
         query: The query's name.
+        user_errors: The job's `on.user.error` (None: every user-code error fails the epoch).
     """
 
     spark: SparkSession
@@ -57,7 +59,16 @@ class CompileContext:
     sinks: dict[str, KafkaSinkConfig]
     tables: dict[str, object] = field(default_factory=dict)
     query: str = ""
+    user_errors: UserErrors | None = None
     _memo: dict[int, Stream] = field(default_factory=dict)
+
+    def errors_for(self, node: g.Node, positioned: bool) -> OperatorErrors | None:
+        """`node`'s policy for user code that raises on an element (`plan.user_errors`); None when the job has no
+        `on.user.error` settings (then every error fails the epoch). `positioned`: the operator's elements carry
+        their source record's position."""
+        if self.user_errors is None:
+            return None
+        return self.user_errors.for_node(node, self.query, self.sources, positioned)
 
     def compile(self, node: g.Node) -> Stream:
         """The compiled stream of `node` (each node compiled once per query).

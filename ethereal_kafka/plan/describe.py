@@ -6,7 +6,11 @@ queries and connectors. Both are pure (no Spark, nothing runs) and return JSON-f
 the description of every run (`runtime.description`) and the web UI draws it as the stream graph.
 
 Shape: `{"style", "queries": [{"name", "sinks", "sources", "mode", "stateful", "output_mode"}], "nodes": [{"id",
-"query", "kind", "label", "runs", "detail"}], "edges": [{"source", "target", "label"}]}`. Node ids: `source:NAME`,
+"query", "kind", "label", "runs", "detail", "name", "uid", "auto", "description", "stateful"}], "edges": [{"source",
+"target", "label"}]}`. An operator's `label` is its name when the pipeline gave one (`DataStream.name`), else what it
+does (`description`: `process FraudDetector`); `uid` is its stable id (`DataStream.uid`, default `auto`, the
+`kind#id` of its graph position); connectors have `name`, `uid`, `auto` None. `stateful` marks an operator that
+keeps state between epochs (window, rolling aggregate, process function, join). Node ids: `source:NAME`,
 `sink:NAME` and `table:NAME` for connectors, `QUERY/ID` for an operator of a query (an operator that two queries
 compute, such as stateless work before their split, appears once in each). Side outputs are edges labelled
 `side output TAG`, from the operator that emits them. `runs` is one of `RUNS`.
@@ -27,7 +31,7 @@ from ethereal_kafka.api.windows import (
     WindowAssigner,
 )
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
-from ethereal_kafka.plan.sink_groups import SinkGroup, ancestors
+from ethereal_kafka.plan.sink_groups import STATEFUL, SinkGroup, ancestors
 
 SOURCE = "kafka-source"
 SPARK = "spark-native"
@@ -88,7 +92,7 @@ def describe_graph(
             else:
                 kind, label, runs, detail = _operator(node, window_native, join_native)
                 nid = f"{plan.name}/{node.id}"
-                nodes[nid] = _node(nid, plan.name, kind, label, runs, detail)
+                nodes[nid] = _node(nid, plan.name, kind, label, runs, detail, node)
                 if isinstance(node, g.LookupJoinNode):
                     tid = f"table:{node.table}"
                     table = (tables or {}).get(node.table)
@@ -170,9 +174,29 @@ def with_query_shapes(description: Description, shapes: Mapping[str, Mapping[str
 
 
 def _node(
-    nid: str, query: str | None, kind: str, label: str, runs: str, detail: Mapping[str, Any]
+    nid: str,
+    query: str | None,
+    kind: str,
+    label: str,
+    runs: str,
+    detail: Mapping[str, Any],
+    operator: g.Node | None = None,
 ) -> dict[str, Any]:
-    return {"id": nid, "query": query, "kind": kind, "label": label, "runs": runs, "detail": dict(detail)}
+    """One node of the description; `operator`: the graph node of an operator (its name, uid and ids)."""
+    ref = operator.ref if operator is not None else None
+    return {
+        "id": nid,
+        "query": query,
+        "kind": kind,
+        "label": ref.name if ref is not None and ref.name else label,
+        "runs": runs,
+        "detail": dict(detail),
+        "name": ref.display if ref is not None else None,
+        "uid": ref.uid if ref is not None else None,
+        "auto": ref.auto if ref is not None else None,
+        "description": label,
+        "stateful": isinstance(operator, STATEFUL),
+    }
 
 
 def _edges_into(node: g.Node, nid: str, query: str) -> list[dict[str, Any]]:

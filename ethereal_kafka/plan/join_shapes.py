@@ -16,6 +16,7 @@ import pyarrow as pa
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.plan.conform import ElementType
+from ethereal_kafka.plan.errors import user_error
 from ethereal_kafka.plan.pyfuncs import UserFunctionError, user_then_hidden
 from ethereal_kafka.plan.schema import KEY, TS, arrow_of, arrow_struct, spark_struct
 from ethereal_kafka.plan.stream import Stream
@@ -204,9 +205,7 @@ class JoinFunctionStage:
         try:
             value = self.function(left, right)
         except Exception as exc:
-            raise UserFunctionError(
-                f"{self.label}: the join function failed on ({left!r}, {right!r}): {exc!r}"
-            ) from exc
+            raise user_error(self.label, exc, f"the join function, on ({left!r}, {right!r})") from exc
         if isinstance(value, dict):
             return value
         as_dict = getattr(value, "asDict", None)

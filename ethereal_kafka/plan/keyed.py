@@ -147,6 +147,7 @@ def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Strea
         tuple(schema.fieldNames()),
         topics=source_topics(node, ctx.sources),
         bound_ms=event_time_bound(node) if stream.watermarked else None,
+        on_error=ctx.errors_for(node, stream.positioned),
     )
     _check_picklable(node.label, spec)
     frame = transform(stream.frame, KeyedProcessor(spec), schema, SPARK_TIME_MODES[mode])

@@ -32,7 +32,7 @@ from ethereal_kafka.config.connectors import KafkaTableConfig
 from ethereal_kafka.connectors.table import TableSpec, lookup_key, table_store
 from ethereal_kafka.connectors.table_pins import PINS_COLUMN, decode_pins, encode_tables
 from ethereal_kafka.plan.context import CompileContext, register
-from ethereal_kafka.plan.pyfuncs import UserFunctionError
+from ethereal_kafka.plan.errors import user_error
 from ethereal_kafka.plan.schema import arrow_of, spark_struct
 from ethereal_kafka.plan.sink_groups import SinkGroup, ancestors
 from ethereal_kafka.plan.stream import Stream
@@ -173,9 +173,7 @@ class LookupStage:
             try:
                 keys.append(self.selector(element))
             except Exception as exc:
-                raise UserFunctionError(
-                    f"{self.label}: the key selector failed on {element!r}: {exc!r}"
-                ) from exc
+                raise user_error(self.label, exc, f"the key selector, on {element!r}") from exc
         return keys
 
     def _output(self, batch: pa.RecordBatch, rows: list[dict[str, Any] | None]) -> pa.RecordBatch:

@@ -11,7 +11,7 @@ Sink `i` of a query reads `__k<i>` (key) and `__v<i>` (value); with several sink
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN
 from ethereal_kafka.plan.conform import describe_origin, source_topics
+from ethereal_kafka.plan.errors import user_error
 from ethereal_kafka.plan.pyfuncs import PyStage, UserFunctionError
 from ethereal_kafka.plan.schema import (
     KEY,
@@ -38,8 +39,10 @@ from ethereal_kafka.plan.stream import Stream, main_output
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+    from ethereal_kafka.api import graph as g
     from ethereal_kafka.plan.context import CompileContext
     from ethereal_kafka.plan.sink_groups import Branch, SinkGroup
+    from ethereal_kafka.plan.user_errors import OperatorErrors
 
 
 def bind_sinks(ctx: CompileContext, plan: SinkGroup) -> tuple[DataFrame, tuple[KafkaSinkConfig, ...]]:
@@ -60,7 +63,7 @@ def bind_sinks(ctx: CompileContext, plan: SinkGroup) -> tuple[DataFrame, tuple[K
         frame = stream.frame.select(key.alias("__k0"), *_order(stream.frame), value.alias("__v0"))
         return frame, (_columns(configs[0], 0),)
     fork = ctx.compile(plan.fork)
-    fanned = _fan_out(fork, plan.branches, ctx.sources)
+    fanned = _fan_out(fork, plan.branches, ctx.sources, ctx.errors_for)
     keys, values = [], []
     for i, (branch, config) in enumerate(zip(plan.branches, configs, strict=True)):
         fields = _branch_fields(fanned, i)
@@ -156,7 +159,12 @@ def _branch_fields(frame: DataFrame, index: int) -> list[str]:
     return [f.name for f in getattr(struct, "fields", [])]
 
 
-def _fan_out(fork: Stream, branches: tuple[Branch, ...], sources: Mapping[str, Any]) -> DataFrame:
+def _fan_out(
+    fork: Stream,
+    branches: tuple[Branch, ...],
+    sources: Mapping[str, Any],
+    errors_for: Callable[[g.Node, bool], OperatorErrors | None] | None = None,
+) -> DataFrame:
     """Rows of `fork` tagged with the sink(s) they go to, each with that branch's element in `__e<i>`."""
     from pyspark.sql import functions as F
 
@@ -185,7 +193,7 @@ def _fan_out(fork: Stream, branches: tuple[Branch, ...], sources: Mapping[str, A
         ]
         carried = [F.col(c) for c in (KEY, SEQ) if c in frame.columns]
         return exploded.select(F.col(SINK_INDEX_COLUMN), *carried, *elements)
-    stage = FanOut.build(fork, branches, sources)
+    stage = FanOut.build(fork, branches, sources, errors_for)
     return frame.mapInArrow(stage, spark_struct(stage.output_schema()))
 
 
@@ -203,10 +211,18 @@ class FanOut:
     sequenced: bool = False
 
     @classmethod
-    def build(cls, fork: Stream, branches: tuple[Branch, ...], sources: Mapping[str, Any]) -> FanOut:
+    def build(
+        cls,
+        fork: Stream,
+        branches: tuple[Branch, ...],
+        sources: Mapping[str, Any],
+        errors_for: Callable[[g.Node, bool], OperatorErrors | None] | None = None,
+    ) -> FanOut:
         """Plan the fan-out of `fork` into `branches` (driver side; `sources`: the query's source configs by name,
-        which name the records' topics in messages)."""
+        which name the records' topics in messages; `errors_for`: each operator's `on.user.error` policy, given
+        whether its elements carry their source position)."""
         arrow = arrow_of(fork.frame.schema)
+        positioned = PART in arrow.names and OFFSET in arrow.names
         specs = []
         for branch in branches:
             if branch.tag is None:
@@ -224,8 +240,18 @@ class FanOut:
                 fields = tuple(f.name for f in current)
                 defaulted = not op.output_type and op.kind != "filter"
                 topics = source_topics(op, sources)
+                on_error = errors_for(op, positioned and branch.tag is None) if errors_for else None
                 stage = PyStage(
-                    op.label, op.kind, op.function, fields, out, (), (), topics=topics, defaulted=defaulted
+                    op.label,
+                    op.kind,
+                    op.function,
+                    fields,
+                    out,
+                    (),
+                    (),
+                    topics=topics,
+                    defaulted=defaulted,
+                    on_error=on_error,
                 )
                 stages.append(stage)
                 current = out
@@ -264,6 +290,10 @@ class FanOut:
                             out[SEQ].append(row.get(SEQ))
                         for j in range(len(self.branches)):
                             out[f"__e{j}"].append(element if j == i else None)
+            for _, stages, _ in self.branches:
+                for stage in stages:
+                    if stage.on_error is not None and not stage.on_error.fails:
+                        stage.on_error.flush()
             if out[SINK_INDEX_COLUMN]:
                 yield pa.RecordBatch.from_pydict(out, schema=schema)
 
@@ -284,9 +314,11 @@ def _run(stages: tuple[PyStage, ...], element: dict[str, Any], row: dict[str, An
             except UserFunctionError:
                 raise
             except Exception as exc:
-                raise UserFunctionError(
-                    f"{stage.label} failed on the element from {origin()}: {exc!r}"
-                ) from exc
+                where = f"element from {origin()}"
+                if stage.on_error is None:
+                    raise user_error(stage.label, exc, where) from exc
+                stage.on_error.handle(exc, item, row.get(PART), row.get(OFFSET), where)
+                continue
             produced += [stage.conform(e, origin) for e in made]
         elements = produced
     return elements

@@ -15,7 +15,8 @@ from typing import Any
 import pyarrow as pa
 
 from ethereal_kafka.plan.conform import ElementType, FieldType, Mismatch, describe_origin
-from ethereal_kafka.plan.errors import OutputTypeError, UserFunctionError
+from ethereal_kafka.plan.errors import OutputTypeError, UserFunctionError, user_error
+from ethereal_kafka.plan.user_errors import OperatorErrors
 
 __all__ = ["OutputTypeError", "PyStage", "UserFunctionError", "as_element", "user_then_hidden"]
 
@@ -41,6 +42,7 @@ class PyStage:
         target: For `column`: the hidden column to compute, and its Arrow type in `target_type`.
         topics: The source topic(s) the elements come from, for messages (`conform.source_topics`).
         defaulted: `user_out` is the input's type because the operator has no `output_type` (messages say so).
+        on_error: What to do when the function raises on an element (`plan.user_errors`; None: fail).
     """
 
     label: str
@@ -55,6 +57,7 @@ class PyStage:
     target_convert: Callable[[Any], Any] | None = None
     topics: str = ""
     defaulted: bool = False
+    on_error: OperatorErrors | None = None
     element_type: ElementType = field(init=False, repr=False, compare=False)
     target_field: FieldType = field(init=False, repr=False, compare=False)
 
@@ -81,7 +84,31 @@ class PyStage:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            yield self._apply(batch, schema)
+            out = self._apply(batch, schema)
+            if self.on_error is not None and not self.on_error.fails:
+                self.on_error.flush()  # before the batch goes on: its dead letters are left first
+            yield out
+
+    def _failed(self, batch: pa.RecordBatch, row: int, element: dict[str, Any], exc: Exception) -> None:
+        """The function raised on row `row`: under `on.user.error=skip|dlq` the element is dropped (and
+        dead-lettered); else the epoch fails.
+
+        Raises:
+            UserFunctionError: the policy is `fail` (one line naming the operator, the user's line and the record).
+        """
+        where = f"element from {self.origin(batch, row)}"
+        if self.on_error is None:
+            raise user_error(self.label, exc, where) from exc
+        part, offset = self._position(batch, row)
+        self.on_error.handle(exc, element, part, offset, where)
+
+    def _position(self, batch: pa.RecordBatch, row: int) -> tuple[Any, Any]:
+        names = batch.schema.names
+        if "__part" in names and "__off" in names:
+            return batch.column(names.index("__part"))[row].as_py(), batch.column(names.index("__off"))[
+                row
+            ].as_py()
+        return None, None
 
     def _apply(self, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         elements = pa.Table.from_batches([batch.select(list(self.user_in))]).to_pylist()
@@ -89,32 +116,35 @@ class PyStage:
             return self._keep(batch, elements, schema)
         made: list[dict[str, Any]] = []
         sources: list[int] = []
-        i = -1
-        # One handler around the loop (not a call per element): this is the per-record path.
-        try:
-            for i, element in enumerate(elements):
-                for out in self._call(element):
-                    made.append(out)
-                    sources.append(i)
-        except UserFunctionError:
-            raise
-        except Exception as exc:
-            raise UserFunctionError(
-                f"{self.label} failed on the element from {self.origin(batch, i)}: {exc!r}"
-            ) from exc
+        start = 0
+        while start < len(elements):
+            i = start
+            # One handler around the loop (not a call per element): this is the per-record path. A failure under
+            # skip|dlq resumes after the failed element.
+            try:
+                for i in range(start, len(elements)):
+                    for out in self._call(elements[i]):
+                        made.append(out)
+                        sources.append(i)
+                start = len(elements)
+            except UserFunctionError:
+                raise
+            except Exception as exc:
+                self._failed(batch, i, elements[i], exc)
+                start = i + 1
         columns = self.element_type.to_arrow(made, lambda index, _: self.origin(batch, sources[index]))
         indices = pa.array(sources, pa.int64())
         return pa.RecordBatch.from_arrays(columns + self._hidden(batch, indices, len(made)), schema=schema)
 
-    def _produce(self, element: dict[str, Any], batch: pa.RecordBatch, row: int) -> list[dict[str, Any]]:
+    def _produce(self, element: dict[str, Any], batch: pa.RecordBatch, row: int) -> bool:
+        """`filter`: True to keep the element (False when the predicate raised under skip|dlq)."""
         try:
-            return self._call(element)
+            return bool(self._call(element))
         except UserFunctionError:
             raise
         except Exception as exc:
-            raise UserFunctionError(
-                f"{self.label} failed on the element from {self.origin(batch, row)}: {exc!r}"
-            ) from exc
+            self._failed(batch, row, element, exc)
+            return False
 
     def _keep(
         self, batch: pa.RecordBatch, elements: list[dict[str, Any]], schema: pa.Schema
@@ -122,11 +152,17 @@ class PyStage:
         """`filter` and `column`: the input's user columns as they are (no element is made), the rows kept."""
         names = batch.schema.names
         if self.kind == "filter":
-            mask = pa.array([bool(self._produce(e, batch, i)) for i, e in enumerate(elements)], pa.bool_())
+            mask = pa.array([self._produce(e, batch, i) for i, e in enumerate(elements)], pa.bool_())
             batch = batch.filter(mask)
             computed: list[Any] = []
         else:
-            computed = [self._compute(e, batch, i) for i, e in enumerate(elements)]
+            dropped: list[int] = []
+            computed = [self._compute(e, batch, i, dropped) for i, e in enumerate(elements)]
+            if dropped:  # the function raised on these rows under skip|dlq: they leave the stream
+                gone = set(dropped)
+                keep = [i for i in range(batch.num_rows) if i not in gone]
+                batch = batch.take(pa.array(keep, pa.int64()))
+                computed = [computed[i] for i in keep]
             self._check_target(computed, batch)
         columns = [batch.column(names.index(f.name)).cast(f.type) for f in self.user_out]
         indices = pa.array(range(batch.num_rows), pa.int64())
@@ -134,16 +170,16 @@ class PyStage:
             columns + self._hidden(batch, indices, batch.num_rows, computed), schema=schema
         )
 
-    def _compute(self, element: dict[str, Any], batch: pa.RecordBatch, row: int) -> Any:
+    def _compute(self, element: dict[str, Any], batch: pa.RecordBatch, row: int, dropped: list[int]) -> Any:
         try:
             value = self.function(element)
             return self.target_convert(value) if self.target_convert is not None else value
         except UserFunctionError:
             raise
         except Exception as exc:
-            raise UserFunctionError(
-                f"{self.label} failed on the element from {self.origin(batch, row)}: {exc!r}"
-            ) from exc
+            self._failed(batch, row, element, exc)
+            dropped.append(row)
+            return None
 
     def _check_target(self, computed: list[Any], batch: pa.RecordBatch) -> None:
         """Every computed value (a key, an event time) must fit `target_type` (one pass over the column's types)."""

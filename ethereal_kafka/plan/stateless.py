@@ -65,6 +65,7 @@ def compile_map(ctx: CompileContext, node: g.MapNode, inputs: list[Stream]) -> S
         tuple(arrow.field(h).type for h in hidden),
         topics=source_topics(node, ctx.sources),
         defaulted=node.kind != "filter" and node.output_type is None,
+        on_error=ctx.errors_for(node, stream.positioned),
     )
     frame = stream.frame.mapInArrow(stage, spark_struct(stage.output_schema()))
     return stream.with_frame(keep_event_time(stream.frame, frame))
@@ -131,6 +132,7 @@ def compile_watermark(ctx: CompileContext, node: g.WatermarkNode, inputs: list[S
             pa.timestamp("us", tz="UTC"),
             _ms_to_datetime,
             source_topics(node, ctx.sources),
+            ctx.errors_for(node, stream.positioned),
         )
     else:
         name = strategy.timestamp_field
@@ -180,6 +182,7 @@ def _computed(
     arrow_type: pa.DataType,
     convert: Any = None,
     topics: str = "",
+    on_error: Any = None,
 ) -> DataFrame:
     """Compute hidden column `target` per element with a Python function (mapInArrow)."""
     arrow = arrow_of(stream.frame.schema)
@@ -197,6 +200,7 @@ def _computed(
         target_type=arrow_type,
         target_convert=convert,
         topics=topics,
+        on_error=on_error,
     )
     return keep_event_time(stream.frame, stream.frame.mapInArrow(stage, spark_struct(stage.output_schema())))
 
@@ -210,7 +214,8 @@ def compile_key_by(ctx: CompileContext, node: g.KeyByNode, inputs: list[Stream])
     if node.selector is not None:
         key_type = arrow_struct(f"k {node.key_type}", node.label).field("k").type
         topics = source_topics(node, ctx.sources)
-        frame = _computed(stream, node.label, node.selector, KEY, key_type, topics=topics)
+        on_error = ctx.errors_for(node, stream.positioned)
+        frame = _computed(stream, node.label, node.selector, KEY, key_type, topics=topics, on_error=on_error)
         return stream.with_frame(frame, key_fields=())
     missing = [f for f in node.fields if f not in stream.fields]
     if missing:

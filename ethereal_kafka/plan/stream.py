@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.api.tags import OutputTag
-from ethereal_kafka.plan.schema import KEY, TAG, TS, is_hidden
+from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TAG, TS, is_hidden
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -42,6 +42,12 @@ class Stream:
     def keyed(self) -> bool:
         """True after `key_by` (the frame has `__key`)."""
         return self.key_fields is not None and KEY in self.frame.columns
+
+    @property
+    def positioned(self) -> bool:
+        """True when elements carry their source record's position (`__part`, `__off`): per-element operators
+        before any window, process function, rolling aggregate or join."""
+        return PART in self.frame.columns and OFFSET in self.frame.columns
 
     @property
     def event_time(self) -> bool:

@@ -84,6 +84,8 @@ def cause_in_text(text: str, default: str = "unknown error") -> str:
         return _SQLSTATE.sub("", first) or default
     name, message = found
     message = _SQLSTATE.sub("", message)
+    if name == "UserFunctionError" and message.startswith("operator "):
+        return message  # user code raised: the line names the operator, the user's line and the exception
     return f"{name}: {message}" if message else name
 
 

@@ -125,11 +125,17 @@ class JobLifecycle:
         self._first_epochs: dict[str, int] = {}
 
     def attach(self, running: RunningJob, gate: EpochGate) -> None:
-        """Take the started queries and the coordinator's gate; closes the gate at once if a stop was requested."""
+        """Take the started queries and the coordinator's gate; closes the gate at once if a stop was requested.
+        Called again with the new queries when the runner restarts them after a failure."""
         self.running = running
         self.gate = gate
+        self._first_epochs = {}
         if self._stop.is_set():
             gate.close()
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait `seconds` (a restart's delay); returns True early when a stop is requested meanwhile."""
+        return self._stop.wait(seconds)
 
     # -- signals ---------------------------------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:

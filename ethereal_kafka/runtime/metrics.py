@@ -39,8 +39,10 @@ from typing import TYPE_CHECKING, Any
 from ethereal_kafka.connectors.kafka.offsets import ranges
 from ethereal_kafka.connectors.kafka.read_stats import ReadReport, bucket_age
 from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.plan.user_errors import UserErrorReport
 from ethereal_kafka.runtime.histogram import Histogram
 from ethereal_kafka.runtime.lag_fill import LagFill
+from ethereal_kafka.runtime.operator_metrics import OperatorTally
 from ethereal_kafka.runtime.progress import ProgressLine, Snapshot
 from ethereal_kafka.runtime.spark_progress import add_progress_listener, offsets_of, unix_seconds
 from ethereal_kafka.runtime.summary import RunSummary
@@ -199,6 +201,8 @@ class JobMetrics:
         self.executors: dict[Labels, int] = {}  # (state,): registered | target
         self._decisions: deque[ScalingDecision] = deque(maxlen=MAX_DECISIONS)
         self.operator_rows: dict[Labels, list[int | None]] = {}  # (query, node id): [rows in, rows out]
+        #: User-code errors per operator, the operators' names and uids, restarts (`runtime.operator_metrics`).
+        self.operators = OperatorTally()
 
     # -- feeds ---------------------------------------------------------------------------------------------------
     def add_query(
@@ -223,11 +227,15 @@ class JobMetrics:
                     table[(name, source)] += 0
                 self._histogram(self.latency_seconds, (name, source), LATENCY_BUCKETS)
 
-    def add_reports(self, reports: Iterable[ReadReport]) -> None:
-        """Keep read reports until the epoch covering their range commits (called as read tasks finish)."""
+    def add_reports(self, reports: Iterable[ReadReport | UserErrorReport]) -> None:
+        """Keep read reports until the epoch covering their range commits (called as read tasks finish); count
+        the operators' user-code error reports at once."""
         now = self._clock()
         with self._lock:
             for report in reports:
+                if isinstance(report, UserErrorReport):
+                    self.operators.add(report)
+                    continue
                 self._pending[(report.topic, report.partition, report.until)].append((now, report))
 
     def observe_epoch(
@@ -297,7 +305,8 @@ class JobMetrics:
             rows: dict[Labels, int] = defaultdict(int)
             size: dict[Labels, int] = defaultdict(int)
             for operator in progress.get("stateOperators") or ():
-                origin = str(operator.get("operatorName") or "stateful operator")
+                spark_name = str(operator.get("operatorName") or "stateful operator")
+                origin = self.operators.state_operator(query, spark_name)
                 dropped = int(operator.get("numRowsDroppedByWatermark") or 0)
                 if dropped and counted:
                     self.late[(query, "watermark", origin)] += dropped
@@ -409,6 +418,7 @@ class JobMetrics:
             epochs: dict[str, int] = defaultdict(int)
             for (_query, outcome), n in self.epochs.items():
                 epochs[outcome] += n
+            user_errors, restarts = self.operators.totals()
             return RunSummary(
                 app_id=self.app_id,
                 seconds=self._clock() - self._began,
@@ -420,6 +430,8 @@ class JobMetrics:
                 epochs=dict(epochs),
                 watermarks_s={q: w for (q,), w in self.watermarks.items()},
                 state_rows=dict(state),
+                user_errors=user_errors,
+                restarts=restarts,
             )
 
     def figures(self) -> dict[str, Any]:
@@ -533,6 +545,7 @@ class JobMetrics:
                 family(GaugeMetricFamily, "executors", "Executors: registered with the driver, and the target the autoscaler set", ("state",), self.executors),
             ]  # fmt: skip
         yield from families
+        yield from self.operators.families(family)
 
     # -- internals (called with the lock held) -------------------------------------------------------------------
     @staticmethod
@@ -691,11 +704,20 @@ class RunMetrics:
         """The endpoint's port (None when it is disabled)."""
         return int(self._server.server_port) if self._server is not None else None
 
-    def watch(self, coordinator: CheckpointCoordinator, side_outputs: Collection[str] = ()) -> None:
+    def watch(
+        self,
+        coordinator: CheckpointCoordinator,
+        side_outputs: Collection[str] = (),
+        plan: Mapping[str, Any] | None = None,
+    ) -> None:
         """Learn the coordinator's queries and receive its epoch outcomes (call after `prepare()`, before the
-        queries start). `side_outputs`: names of sinks fed by a late-data side output."""
+        queries start). `side_outputs`: names of sinks fed by a late-data side output; `plan`: the run's
+        description (`plan.describe`), whose operators' names and uids label the operator metrics. Called again
+        for each restart of the queries (a new coordinator): counters carry on."""
         if self.metrics is None:
             return
+        if plan is not None:
+            self.metrics.operators.describe(plan)
         for name, query in coordinator.queries.items():
             sources = [s.name for s in coordinator.query_sources(name)]
             self.metrics.add_query(name, [s.name for s in query.sinks], side_outputs, sources)
@@ -753,7 +775,7 @@ def open_metrics(spark: SparkSession, loaded: LoadedJob) -> RunMetrics:
     ):
         return RunMetrics()
     metrics = JobMetrics(job.app_id, loaded.sources)
-    channel = ReportChannel(metrics.add_reports)
+    channel = ReportChannel(metrics.add_reports, kind=(ReadReport, UserErrorReport))
     channel.open()
     server = None
     try:

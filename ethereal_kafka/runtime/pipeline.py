@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from ethereal_kafka.api.environment import StreamExecutionEnvironment
+    from ethereal_kafka.plan.user_errors import UserErrors
 
 
 def is_graph_pipeline(function: Any) -> bool:
@@ -56,6 +57,29 @@ class BuiltPipeline:
     queries: list[Query]
     frames: Mapping[str, DataFrame]
     plan: dict[str, Any]
+
+
+def user_errors(loaded: LoadedJob) -> UserErrors | None:
+    """The job's `on.user.error` for the compiler: None for `fail`; with `dlq`, dead letters commit with their
+    epoch under exactly-once (`eos.dead_letters.EpochHandoff`) and are produced at once otherwise
+    (`ProduceNow`, on the sinks' cluster, which `load_job` checked is the sources' too)."""
+    from ethereal_kafka.config.job import Guarantee
+    from ethereal_kafka.connectors.kafka.dead_letters import ProduceNow
+    from ethereal_kafka.eos.dead_letters import EpochHandoff
+    from ethereal_kafka.plan.user_errors import UserErrors
+
+    job = loaded.job
+    if job.on_user_error == "fail":
+        return None
+    if job.on_user_error != "dlq":
+        return UserErrors(job.on_user_error)
+    sink = next(iter(loaded.sinks.values()))
+    handoff: Any = (
+        EpochHandoff()
+        if job.delivery_guarantee == Guarantee.EXACTLY_ONCE
+        else ProduceNow(sink.bootstrap_servers, dict(sink.passthrough))
+    )
+    return UserErrors("dlq", job.user_error_dlq_topic, handoff)
 
 
 def build_queries(
@@ -94,7 +118,11 @@ def build_pipeline(
         function(env)
         graph = env.graph()
         compiled = compile_graph(
-            spark, graph, loaded.job, ConnectorSet(dict(sources), dict(loaded.sinks), dict(loaded.tables))
+            spark,
+            graph,
+            loaded.job,
+            ConnectorSet(dict(sources), dict(loaded.sinks), dict(loaded.tables)),
+            user_errors(loaded),
         )
         builds = [query for query, _ in compiled]
         plan = describe_graph(

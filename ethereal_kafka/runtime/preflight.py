@@ -55,7 +55,7 @@ def preflight(
     if pipeline:
         problems.extend(pipeline_problems(loaded))
     if connect:
-        problems.extend(topic_problems(connector_files(loaded), timeout_s))
+        problems.extend(topic_problems(connector_files(loaded), timeout_s, user_dlq(loaded)))
     return problems
 
 
@@ -78,7 +78,7 @@ def require_preflight(
     """
     problems = preflight(loaded, pipeline=pipeline)
     if not problems and connect:
-        problems = topic_problems(connector_files(loaded), timeout_s)
+        problems = topic_problems(connector_files(loaded), timeout_s, user_dlq(loaded))
     if problems:
         command = f"ethereal-kafka validate{' --connect' if connect else ''} {loaded.path}"
         more = f" (and {len(problems) - 1} more: {command})" if problems[1:] else ""
@@ -99,8 +99,22 @@ def connector_problems(config: Connector, file: str | Path) -> list[str]:
     return problems
 
 
-def topic_problems(connectors: dict[Path, Connector], timeout_s: float = 10.0) -> list[str]:
-    """Per cluster, whether it answers and has the topics the connectors read and write (`check_topics`).
+def user_dlq(loaded: LoadedJob) -> dict[Path, tuple[str, Connector]]:
+    """`{job file: (user.error.dlq.topic, first sink)}` when the job dead-letters user-code errors
+    (`on.user.error=dlq`): the topic is checked on the sinks' cluster (the sources' too, `load_job` checked)."""
+    job = loaded.job
+    if job.on_user_error != "dlq" or not job.user_error_dlq_topic or not loaded.sinks:
+        return {}
+    return {loaded.path: (job.user_error_dlq_topic, next(iter(loaded.sinks.values())))}
+
+
+def topic_problems(
+    connectors: dict[Path, Connector],
+    timeout_s: float = 10.0,
+    user_dlq: dict[Path, tuple[str, Connector]] | None = None,
+) -> list[str]:
+    """Per cluster, whether it answers and has the topics the connectors read and write (`check_topics`), and the
+    job's `user.error.dlq.topic` (`user_dlq`: the job file and the connector whose cluster holds it).
 
     A source's `topic.pattern` is not checked (its topics may come later); a sink without `topic` writes each
     row's `topic` column, which cannot be known before it runs.
@@ -114,6 +128,9 @@ def topic_problems(connectors: dict[Path, Connector], timeout_s: float = 10.0) -
         if isinstance(config, KafkaSinkConfig | KafkaTableConfig) and config.topic:
             topics.append(config.topic)
         by_cluster[config.bootstrap_servers][str(file)] = topics
+        settings.setdefault(config.bootstrap_servers, config.passthrough)
+    for file, (topic, config) in (user_dlq or {}).items():
+        by_cluster[config.bootstrap_servers][str(file)] = [topic]
         settings.setdefault(config.bootstrap_servers, config.passthrough)
     problems = []
     for bootstrap, topics_by_file in by_cluster.items():

@@ -50,6 +50,7 @@ from ethereal_kafka.runtime.metrics import JobMetrics, RunMetrics, open_metrics
 from ethereal_kafka.runtime.operator_counter import OperatorCounter
 from ethereal_kafka.runtime.pipeline import build_pipeline
 from ethereal_kafka.runtime.preflight import require_preflight
+from ethereal_kafka.runtime.restarts import RestartTracker
 from ethereal_kafka.runtime.source_bounds import bounded_source
 
 if TYPE_CHECKING:
@@ -191,7 +192,9 @@ def _start(
     record_run(loaded, coordinator.instance_id, groups, coordinator.pool_by_cluster())
     bookkeeping = metrics.metrics if metrics is not None else None
     if metrics is not None:
-        metrics.watch(coordinator, side_outputs=[sink for b in builds for sink in b.late_sinks])
+        metrics.watch(
+            coordinator, side_outputs=[sink for b in builds for sink in b.late_sinks], plan=pipeline.plan
+        )
     context = spark.sparkContext
     description = RunDescription.of(
         loaded, pipeline.plan, context.master or "", context.uiWebUrl, log_dir, sources=sources
@@ -289,9 +292,14 @@ def execute(
     it is taken here. The job's metrics are closed and the app is let go before it returns; its queries have
     stopped. While it runs, a `run --takeover` elsewhere stops it between epochs (the report says so).
 
+    After a failed epoch the job's restart strategy (`restart.strategy`, `runtime.restarts`) may restart the
+    queries from their checkpoint on the same session, each restart logged and counted in the metrics; the run
+    fails when the strategy gives up.
+
     Raises:
         AppRunningError: (without `guard`) another instance runs the app.
-        EtherealKafkaError: the coordinator refused to start or a query failed (`JobFailedError`); one line.
+        EtherealKafkaError: the coordinator refused to start or a query failed (`JobFailedError`, after the
+            restarts the strategy allowed); one line.
     """
     job = loaded.job
     metrics = RunMetrics()
@@ -299,21 +307,31 @@ def execute(
     running: RunningJob | None = None
     coordinator: CheckpointCoordinator | None = None
     guard = guard or own_app(loaded)
+    restarts = RestartTracker(job.restart_policy)
     try:
         log.info("job %s starting on %s", job.app_id, spark.sparkContext.master)
         metrics = open_metrics(spark, loaded)
         ui = open_ui(loaded, metrics)
         observers = [ui] if ui is not None else []
-        running, coordinator = start(
-            spark, loaded, available_now, graph_builder, metrics, observers, log_dir=log_dir, guard=guard
-        )
-        guard.watch(lifecycle.request_stop)
-        metrics.start_progress()
-        lifecycle.attach(running, coordinator.gate)
-        log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
-        if spark.sparkContext.uiWebUrl:  # `spark.ui.enabled=true` (docs/operations.md)
-            log.info("Spark UI at %s", spark.sparkContext.uiWebUrl)
-        report = lifecycle.wait()
+        while True:
+            running, coordinator = start(
+                spark, loaded, available_now, graph_builder, metrics, observers, log_dir=log_dir, guard=guard
+            )
+            lifecycle.attach(running, coordinator.gate)
+            if not restarts.restarts:
+                guard.watch(lifecycle.request_stop)
+                metrics.start_progress()
+                log.info("job %s running: queries %s", job.app_id, ", ".join(running.queries))
+                if spark.sparkContext.uiWebUrl:  # `spark.ui.enabled=true` (docs/operations.md)
+                    log.info("Spark UI at %s", spark.sparkContext.uiWebUrl)
+            try:
+                report = lifecycle.wait()
+                break
+            except JobFailedError as exc:
+                running.close()
+                coordinator.close()
+                running = coordinator = None
+                _restart_or_raise(exc, restarts, lifecycle, metrics, guard)
         if guard.taken_over_by is not None:
             report = dataclasses.replace(report, taken_over_by=guard.taken_over_by)
         if metrics.metrics is not None:
@@ -336,6 +354,44 @@ def execute(
         if coordinator is not None:
             coordinator.close()
         guard.release()
+
+
+def _restart_or_raise(
+    failure: JobFailedError,
+    restarts: RestartTracker,
+    lifecycle: JobLifecycle,
+    metrics: RunMetrics,
+    guard: InstanceGuard,
+) -> None:
+    """After a failed epoch: return once the queries may start again (the restart policy allows it and its delay
+    passed), else raise the failure (with how many restarts came before).
+
+    Raises:
+        JobFailedError: the policy gives up, a stop was asked for, or the app was taken over.
+    """
+    text = "\n".join(str(e) for e in (failure, failure.__cause__) if e is not None)
+    decision = restarts.decide(text)
+    stopped = lifecycle.stop_requested or guard.taken_over_by is not None
+    if not decision.restart or stopped:
+        if restarts.restarts:
+            line, hint = str(failure), lifecycle.log_hint
+            if hint and line.endswith(hint):
+                line = line[: -len(hint)]
+            raise JobFailedError(
+                f"{line} [gave up after {restarts.restarts} restart(s): {decision.reason}]{hint}"
+            ) from failure
+        raise failure
+    log.warning(
+        "%s; restarting the queries from the checkpoint in %.1fs (%s, %s)",
+        failure,
+        decision.delay_s,
+        decision.reason,
+        restarts.policy.describe(),
+    )
+    if metrics.metrics is not None:
+        metrics.metrics.operators.count_restart(restarts.policy.strategy)
+    if lifecycle.sleep(decision.delay_s):
+        raise failure  # a stop came during the delay: the run ends failed, as it would have without a policy
 
 
 def run(
@@ -362,9 +418,6 @@ def run(
             coordinator refuses to start (`ConfigError`, `RecoveryError`, ...), or a query failed
             (`JobFailedError`); each message is one line.
     """
-    from ethereal_kafka.runtime.jvm import OPTIONS_KEY
-    from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
-
     loaded = load_job(job_path)
     job = loaded.job
     logs = Path(log_dir) if log_dir else default_log_dir(job.app_id)
@@ -374,12 +427,37 @@ def run(
     require_preflight(
         loaded, pipeline=graph_builder is None, connect=True, timeout_s=job.connect_timeout_ms / 1000
     )
+    run_loaded(loaded, logs, available_now, graph_builder, takeover)
+    return 0
+
+
+def run_loaded(
+    loaded: LoadedJob,
+    logs: Path,
+    available_now: bool = False,
+    graph_builder: GraphBuilder | None = None,
+    takeover: bool = False,
+) -> StopReport:
+    """`run` after its checks: take the app, start the job's own Spark session (its JVM's output and log4j lines
+    in `logs`, not on the terminal), run the job under a lifecycle with signal handlers (in the main thread), stop
+    Spark, and log the run's summary and how it stopped; returns how it stopped.
+
+    Called by `run` and by the demo (`ethereal-kafka demo`), each having configured Python logging for `logs`
+    (`runtime.logs.configure_python_logging`).
+
+    Raises:
+        EtherealKafkaError: as `run` (each message one line).
+    """
+    from ethereal_kafka.runtime.jvm import OPTIONS_KEY
+    from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
+
+    job = loaded.job
     lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
     lifecycle.stop_when_drained = available_now
     # Before Spark starts (and before the signal handlers): a refusal costs a second, not a session.
     guard = own_app(loaded, takeover)
     lifecycle.install_signal_handlers()
-    export_to_workers(job_path)  # before the JVM starts: its Python workers import the pipeline module too
+    export_to_workers(loaded.path)  # before the JVM starts: its Python workers import the pipeline module too
     conf = job_spark_conf(loaded)
     if not launched_by_spark_submit():  # the driver JVM logs to the folder from its first line
         conf[OPTIONS_KEY] = f"{conf.get(OPTIONS_KEY, '')} {spark_log_options(logs)}".strip()
@@ -410,7 +488,7 @@ def run(
         for line in report.summary.lines():
             log.info("%s", line)
     log.info("%s", report.line())
-    return 0
+    return report
 
 
 def observe_last_progress(metrics: JobMetrics, query: StreamingQuery) -> None:

@@ -33,6 +33,9 @@ class RunSummary:
         epochs: `{outcome: count}` of the epochs of all queries (`committed`, `failed`).
         watermarks_s: `{query: watermark}` (Unix seconds) as Spark last reported it, for queries with one.
         state_rows: `{query: rows}` in the state stores of each stateful query, as Spark last reported it.
+        user_errors: `{action: elements}` whose user code raised and were skipped or dead-lettered
+            (`on.user.error`).
+        restarts: Restarts of the queries after failed epochs (`restart.strategy`).
     """
 
     app_id: str
@@ -45,6 +48,8 @@ class RunSummary:
     epochs: Mapping[str, int] = field(default_factory=dict)
     watermarks_s: Mapping[str, float] = field(default_factory=dict)
     state_rows: Mapping[str, int] = field(default_factory=dict)
+    user_errors: Mapping[str, int] = field(default_factory=dict)
+    restarts: int = 0
 
     def lines(self) -> list[str]:
         """The summary block, one string per line (see the module docstring)."""
@@ -59,13 +64,29 @@ class RunSummary:
         rows = [
             ("in", read),
             ("out", out),
-            ("dead-lettered", f"{self.dead_lettered:,}"),
+            ("dead-lettered", self._dead_lettered()),
             ("late", f"{self.late:,}"),
             (
                 "epochs",
                 f"{self.epochs.get('committed', 0):,} committed, {self.epochs.get('failed', 0):,} failed",
             ),
         ]
+        if self.user_errors:
+            shown = ", ".join(
+                f"{n:,} {'dead-lettered' if a == 'dlq' else 'skipped'}"
+                for a, n in sorted(self.user_errors.items())
+            )
+            rows.append(("user errors", shown))
+        if self.restarts:
+            rows.append(("restarts", f"{self.restarts:,}"))
         if self.state_rows:
             rows.append(("state", ", ".join(f"{q} {n:,} rows" for q, n in sorted(self.state_rows.items()))))
         return [f"summary of {self.app_id}: {self.seconds:.1f} s", *(f"  {k:<14} {v}" for k, v in rows)]
+
+    def _dead_lettered(self) -> str:
+        """The dead letters of the run: records that failed to decode, and, when there are some, elements whose
+        user code raised under `on.user.error=dlq` (so the line never reads 0 while user-code letters were sent)."""
+        user = self.user_errors.get("dlq", 0)
+        if not user:
+            return f"{self.dead_lettered:,}"
+        return f"{self.dead_lettered:,} undecodable, {user:,} from user code"

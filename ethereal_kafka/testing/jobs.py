@@ -26,6 +26,8 @@ What differs from `ethereal-kafka run` (and why it does not matter to what a tes
   `PYTHONPATH` through `env` as well (only when it is not on it already: a new `PYTHONPATH` costs the run a fresh
   Python worker daemon).
 - Signal handlers are not installed; `timeout_s` forces a stop instead (and the run then fails).
+- The shared session's Spark log (log4j) goes to the run's log folder for the run, as `run`'s does: a test that
+  expects a failure sees the job's one-line error, not Spark's `ERROR TaskSetManager` lines.
 - The app is let go when the run ends (its run lock and owner claim), as a stopping `ethereal-kafka run` does, so a
   later run or `ethereal-kafka replay` in the same test is not refused by the test process itself.
 """
@@ -110,7 +112,7 @@ def run_in_process(
     """
     from ethereal_kafka.config.job import load_job
     from ethereal_kafka.runtime.lifecycle import JobLifecycle
-    from ethereal_kafka.runtime.logs import default_log_dir
+    from ethereal_kafka.runtime.logs import default_log_dir, route_spark_logs
     from ethereal_kafka.runtime.runner import close_clients, execute, job_spark_conf
 
     with _environment(spark, env or {}, driver_only=True):
@@ -118,6 +120,9 @@ def run_in_process(
     job = loaded.job
     env = {**(env or {}), **_workers_path(job_path, job.pipeline, env or {})}
     logs = Path(log_dir) if log_dir else default_log_dir(job.app_id)
+    route_spark_logs(
+        spark, logs
+    )  # as `run` does: Spark's lines (a failed task's ERROR TaskSetManager) go there
     lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
     lifecycle.stop_when_drained = available_now
     began = time.monotonic()

@@ -106,11 +106,14 @@ def topic_factory(kafka_cluster: KafkaCluster, request: pytest.FixtureRequest) -
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[SparkSession]:
-    """A local[2] SparkSession with the framework's settings and the Kafka source registered.
+    """A local[2] SparkSession with the framework's settings and the Kafka source registered; Spark's log goes to a
+    file of the session's temporary folder (and to each `run_job` run's log folder).
 
     The test run's root folder is put on the Python workers' `PYTHONPATH` (before the session starts, so the
     workers inherit it): pipelines defined in the tests' own modules import there as they do in the test process.
     """
+    from ethereal_kafka.runtime.jvm import OPTIONS_KEY
+    from ethereal_kafka.runtime.logs import spark_log_options
     from ethereal_kafka.runtime.spark import local_session
 
     root = str(pytestconfig.rootpath)
@@ -118,9 +121,16 @@ def spark(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config)
     if root not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, *paths) if p)
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    # Spark's log4j output goes to a file from the JVM's first line (each `run_job` then routes it to the run's log
+    # folder), so nothing of Spark's reaches pytest's output.
+    logs = tmp_path_factory.mktemp("spark-logs")
     session = local_session(
         "ethereal-kafka-tests",
-        conf={"spark.sql.warehouse.dir": str(warehouse), "spark.local.dir": str(warehouse)},
+        conf={
+            "spark.sql.warehouse.dir": str(warehouse),
+            "spark.local.dir": str(warehouse),
+            OPTIONS_KEY: spark_log_options(logs),
+        },
     )
     yield session
     session.stop()

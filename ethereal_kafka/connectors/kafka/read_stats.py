@@ -234,7 +234,7 @@ class ReportChannel:
         self,
         on_reports: Callable[[list[Any]], None],
         accumulator_id: int = REPORTS_ACCUMULATOR_ID,
-        kind: type = ReadReport,
+        kind: type | tuple[type, ...] = ReadReport,
     ) -> None:
         self._on_reports = on_reports
         self._id = accumulator_id

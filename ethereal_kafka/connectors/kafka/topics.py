@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic
 
-from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata
+from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, new_consumer, new_producer
 from ethereal_kafka.connectors.kafka.sink import produce_one
 from ethereal_kafka.errors import KafkaConnectionError
 
@@ -82,8 +82,13 @@ def produce(
     partition: int | None = None,
     timestamps_ms: Iterable[int] | None = None,
 ) -> int:
-    """Produce `(key, value)` records with an idempotent producer and wait for every ack; returns the count."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    """Produce `(key, value)` records with an idempotent producer and wait for every ack; returns the count.
+
+    librdkafka's own lines (`GETPID ... Coordinator load in progress: retrying` on a broker that just started) go to
+    the `ethereal_kafka.librdkafka` logger, as every framework client's do (`clients.librdkafka_logger`), not to
+    stderr; a failure to deliver is this function's error.
+    """
+    producer = new_producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     errors: list[str] = []
 
     def on_delivery(err: KafkaError | None, _msg: object) -> None:
@@ -114,7 +119,7 @@ def read_all(
     Ends when every partition reached the end offset measured at the start (for read_committed: the last stable
     offset), or when `expected` records arrived, or after `timeout_s` (then returns what it has).
     """
-    consumer = Consumer(
+    consumer = new_consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"ethereal-kafka-test-reader-{time.monotonic_ns()}",

@@ -44,6 +44,7 @@ from ethereal_kafka.api.functions import KeyedContext, TimerService
 from ethereal_kafka.api.tags import OutputTag
 from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.plan.conform import Mismatch, describe_origin
+from ethereal_kafka.plan.errors import user_error
 from ethereal_kafka.plan.operators.base import OutputLayout, millis, sorted_rows, timestamp, user_element
 from ethereal_kafka.plan.operators.keyed_state import (
     CELL,
@@ -54,8 +55,9 @@ from ethereal_kafka.plan.operators.keyed_state import (
     loads,
 )
 from ethereal_kafka.plan.operators.timers import EVENT, PROCESSING, TimerBook
-from ethereal_kafka.plan.pyfuncs import UserFunctionError, as_element
+from ethereal_kafka.plan.pyfuncs import as_element
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS
+from ethereal_kafka.plan.user_errors import OperatorErrors
 
 #: How many timers one call may fire before the operator assumes `on_timer` keeps registering due timers.
 MAX_FIRINGS = 100_000
@@ -77,6 +79,9 @@ class ProcessSpec:
         topics: The source topic(s) of the elements, for messages.
         bound_ms: The input's out-of-orderness bound B, by which a key's watermark follows its elements within an
             epoch (see the module docstring); None: unknown, timers fire at the epoch's watermark only.
+        on_error: What to do when `process_element` raises (`plan.user_errors`; None: fail). An element it
+            skips or dead-letters emits nothing (rows it emitted before raising are dropped); state it changed
+            before raising stays changed. Errors in `on_timer` and `open` always fail the epoch.
     """
 
     label: str
@@ -88,6 +93,7 @@ class ProcessSpec:
     columns: tuple[str, ...]
     topics: str = ""
     bound_ms: int | None = None
+    on_error: OperatorErrors | None = None
 
 
 def user_key(value: Any, key_fields: tuple[str, ...]) -> Any:
@@ -209,7 +215,7 @@ class KeyedProcessor(StatefulProcessor):
         except EtherealKafkaError:
             raise
         except Exception as exc:
-            raise UserFunctionError(f"{spec.label}: open() failed: {exc!r}") from exc
+            raise user_error(spec.label, exc, "in open()") from exc
         self._runtime.seal()
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
@@ -231,6 +237,8 @@ class KeyedProcessor(StatefulProcessor):
             self._run(self._spec.function.process_element, user_element(row), context, call, row)
             call.row = None
         self._fire_due(call, context)
+        if self._spec.on_error is not None and not self._spec.on_error.fails:
+            self._spec.on_error.flush()
         return self._finish(call)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
@@ -285,6 +293,7 @@ class KeyedProcessor(StatefulProcessor):
     ) -> None:
         spec = self._spec
         layout = spec.layout
+        emitted = len(call.rows)
         try:
             for value in _outputs(method(argument, context)):
                 element = as_element(value, spec.label)
@@ -295,14 +304,14 @@ class KeyedProcessor(StatefulProcessor):
         except EtherealKafkaError:
             raise
         except Exception as exc:
-            where = (
-                f"partition {row.get(PART)} offset {row.get(OFFSET)}"
-                if row is not None
-                else f"timer {argument}"
-            )
-            raise UserFunctionError(
-                f"{spec.label} failed for key {context.get_current_key()!r} ({where}): {exc!r}"
-            ) from exc
+            key = f"key {context.get_current_key()!r}"
+            if row is None:
+                raise user_error(spec.label, exc, f"{key}, timer {argument}") from exc
+            where = f"{key}, element from {describe_origin(spec.topics, row.get(PART), row.get(OFFSET))}"
+            if spec.on_error is None:
+                raise user_error(spec.label, exc, where) from exc
+            del call.rows[emitted:]  # a skipped or dead-lettered element emits nothing
+            spec.on_error.handle(exc, argument, row.get(PART), row.get(OFFSET), where)
 
     def _finish(self, call: _Call) -> Iterator[Any]:
         book = call.book

@@ -26,9 +26,10 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.plan.conform import Mismatch, describe_origin
+from ethereal_kafka.plan.errors import user_error
 from ethereal_kafka.plan.operators.base import PICKLED, OutputLayout, sorted_rows, user_element
 from ethereal_kafka.plan.operators.keyed_state import dumps, loads
-from ethereal_kafka.plan.pyfuncs import UserFunctionError, as_element
+from ethereal_kafka.plan.pyfuncs import as_element
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS
 
 KINDS = ("reduce", "aggregate", "sum", "min", "max")
@@ -126,10 +127,8 @@ class RollingProcessor(StatefulProcessor):
             except EtherealKafkaError:
                 raise
             except Exception as exc:
-                raise UserFunctionError(
-                    f"{spec.label} failed on the element from partition {row.get(PART)} offset {row.get(OFFSET)}: "
-                    f"{exc!r}"
-                ) from exc
+                where = f"element from {describe_origin(spec.topics, row.get(PART), row.get(OFFSET))}"
+                raise user_error(spec.label, exc, where) from exc
             try:
                 values = spec.layout.main(element, row.get(TS), row.get(KEY))
             except Mismatch as bad:

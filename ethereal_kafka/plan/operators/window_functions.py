@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.functions import WindowContext
 from ethereal_kafka.api.windows import TimeWindow
+from ethereal_kafka.plan.errors import user_error
 from ethereal_kafka.plan.pyfuncs import UserFunctionError, as_element
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ class WindowFunctionSpec:
         except UserFunctionError:
             raise
         except Exception as exc:
-            raise UserFunctionError(f"{self.label}: {what} failed: {exc!r}") from exc
+            raise user_error(self.label, exc, f"in {what}") from exc
 
 
 def _process(function: Any) -> Any:

@@ -48,3 +48,29 @@ def test_without_a_log_folder_the_lines_are_dropped(tmp_path: Path) -> None:
     done = _client_process(_free_address(), None)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+
+
+TEST_KIT_PRODUCE = """
+import sys, time
+from ethereal_kafka.testing import produce
+
+def records():
+    time.sleep(1.5)  # librdkafka tries the address meanwhile and has lines to log
+    raise SystemExit(0)
+    yield (None, b"never")
+
+produce(sys.argv[1], "t", records())
+"""
+
+
+def test_the_test_kits_producer_routes_librdkafka_lines_like_the_runtime(tmp_path: Path) -> None:
+    """Issue 24, item 6: `testing.produce` printed librdkafka's lines (`%4|...|GETPID|... Coordinator load in
+    progress` on a broker that just started; here a refused connection) on stderr."""
+    address = _free_address()
+    env = {k: v for k, v in os.environ.items() if k != LOG_DIR_ENV}
+    env[LOG_DIR_ENV] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", TEST_KIT_PRODUCE, address], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""

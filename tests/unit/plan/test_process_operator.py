@@ -169,7 +169,12 @@ def test_user_errors_name_the_operator_key_and_position() -> None:
             raise ValueError("boom")
 
     processor, store = _processor(Broken())
-    with pytest.raises(Exception, match=r"process#3 failed for key 'f' \(partition 0 offset 4\): ValueError"):
+    line = Broken.process_element.__code__.co_firstlineno + 1
+    with pytest.raises(
+        Exception,
+        match=rf"^operator process#3 at test_process_operator.py:{line}: ValueError: boom; key 'f', element from "
+        r"partition 0 offset 4$",
+    ):
         run_epoch(processor, store, [_row("f", 1, 4)], 0, 1)
 
 

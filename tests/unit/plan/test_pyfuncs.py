@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
@@ -60,8 +62,18 @@ def test_a_computed_hidden_column() -> None:
 
 def test_errors_name_the_operator_and_the_record() -> None:
     out = pa.struct([pa.field("n", pa.int64())])
-    with pytest.raises(UserFunctionError, match=r"map#1 failed on the element from partition 0 offset 11"):
-        list(_stage("map", lambda e: {"n": 1 // len(e["line"])}, out)([_batch()]))
+
+    def fails(e: dict[str, Any]) -> dict[str, Any]:
+        return {"n": 1 // len(e["line"])}
+
+    with pytest.raises(UserFunctionError) as caught:
+        list(_stage("map", fails, out)([_batch()]))
+    line = fails.__code__.co_firstlineno + 1
+    assert str(caught.value) == (
+        f"operator map#1 at test_pyfuncs.py:{line}: ZeroDivisionError: integer division or modulo by zero; "
+        "element from partition 0 offset 11"
+    )
+    assert caught.value.location is not None and caught.value.location.path == __file__
     with pytest.raises(UserFunctionError, match="does not fit its output type"):
         list(_stage("map", lambda e: {"n": "not a number"}, out)([_batch()]))
     with pytest.raises(UserFunctionError, match="must return dicts"):

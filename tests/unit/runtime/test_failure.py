@@ -81,3 +81,25 @@ def test_framework_errors_are_their_own_message_and_chains_are_followed() -> Non
 def test_one_line_and_bounded() -> None:
     line = root_cause(ValueError("a\n" + "b" * 5000))
     assert "\n" not in line and len(line) <= MAX_CHARS
+
+
+USER_CODE_FAILED = """Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times, most recent failure: Lost task 0.0 in stage 3.0 (TID 9) (127.0.0.1 executor driver): org.apache.spark.api.python.PythonException: Traceback (most recent call last):
+  File "/jobs/fraud.py", line 57, in detect
+    return amount / count
+ZeroDivisionError: division by zero
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/ethereal_kafka/plan/pyfuncs.py", line 130, in _apply
+ethereal_kafka.plan.errors.UserFunctionError: operator 'detect-fraud' (uid fraud-1) at fraud.py:57: ZeroDivisionError: division by zero; element from topic tx partition 0 offset 12
+\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:600)
+"""
+
+
+def test_a_user_code_error_is_its_own_line() -> None:
+    """Issue 24, item 7: the line names the operator, the user's file:line, the exception and the record."""
+    assert cause_in_text(USER_CODE_FAILED) == (
+        "operator 'detect-fraud' (uid fraud-1) at fraud.py:57: ZeroDivisionError: division by zero; element from "
+        "topic tx partition 0 offset 12"
+    )
