@@ -399,6 +399,7 @@ def test_broker_restart_mid_run(
         time.sleep(3)
     finally:
         kafka_cluster.broker.start()
+        back_ms = time.time() * 1000  # the history's clock
         job.join(timeout=420)
     assert runs, "the run did not end"
     if not runs[0].ok:  # the job may give up while the broker is down; a restart must then finish exactly
@@ -414,9 +415,12 @@ def test_broker_restart_mid_run(
     # Recovery does not wait out a hung client call: a phase-two producer that lost its brokers is replaced
     # before its next transaction. Kept, its `send_offsets_to_transaction` blocked on a stale coordinator until
     # `bounded_call` gave up (35 s): the epoch spanning the restart took 41-69 s in 9 of 9 runs; 7-17 s since.
+    # Counted from the broker's return, not the epoch's start: the broker's own restart took 20-30 s at a load
+    # average of 30 (one CI run: a 37 s epoch that committed in 154 ms once the broker was back).
     with CheckpointHistory(files.app_id, read_only=True) as history:
-        committed = [r.duration_ms for r in history.records() if r.outcome == "committed"]
-    assert max(committed) < 30_000, sorted(committed)[-3:]
+        ends = [r.started_ms + r.duration_ms for r in history.records() if r.outcome == "committed"]
+    first_after = min(end for end in ends if end > back_ms) - back_ms
+    assert first_after < 25_000, first_after
 
 
 def test_stateless_job_without_checkpoint_resumes_from_group_offsets(
