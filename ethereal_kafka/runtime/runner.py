@@ -46,11 +46,12 @@ from ethereal_kafka.runtime.logs import (
     route_spark_logs,
     spark_log_options,
 )
-from ethereal_kafka.runtime.metrics import JobMetrics, RunMetrics, open_metrics
+from ethereal_kafka.runtime.metrics import JobMetrics
 from ethereal_kafka.runtime.operator_counter import OperatorCounter
 from ethereal_kafka.runtime.pipeline import build_pipeline
 from ethereal_kafka.runtime.preflight import require_preflight
 from ethereal_kafka.runtime.restarts import RestartTracker
+from ethereal_kafka.runtime.run_metrics import RunMetrics, open_metrics
 from ethereal_kafka.runtime.source_bounds import bounded_source
 
 if TYPE_CHECKING:

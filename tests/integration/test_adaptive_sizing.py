@@ -16,7 +16,7 @@ from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.connectors.kafka.admission import budget_path, post_budget, read_budget, read_history
 from ethereal_kafka.connectors.kafka.topics import ReadRecord, read_committed
 from ethereal_kafka.examples import eos
-from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
+from ethereal_kafka.runtime.run_metrics import RunMetrics, open_metrics
 from ethereal_kafka.runtime.runner import close_clients, job_sources, start
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import Epoch, read_epochs, split_by_epochs

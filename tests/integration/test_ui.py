@@ -46,7 +46,7 @@ from ethereal_kafka.connectors.kafka.clients import close_cached_clients
 from ethereal_kafka.connectors.kafka.topics import create_topic, produce, read_committed
 from ethereal_kafka.faults import TXN_DELAY_ENV as FAULT_DELAY_ENV
 from ethereal_kafka.runtime.description import RunDescription
-from ethereal_kafka.runtime.metrics import RunMetrics, open_metrics
+from ethereal_kafka.runtime.run_metrics import RunMetrics, open_metrics
 from ethereal_kafka.runtime.runner import job_sources, open_ui, start
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.ui.offline import HistoryUi

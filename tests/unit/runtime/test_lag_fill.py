@@ -10,7 +10,8 @@ from typing import Any
 from ethereal_kafka.checkpoint.history import EpochRecord
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.runtime.lag_fill import WAIT_S, EndOffsets, LagFill
-from ethereal_kafka.runtime.metrics import JobMetrics, RunMetrics
+from ethereal_kafka.runtime.metrics import JobMetrics
+from ethereal_kafka.runtime.run_metrics import RunMetrics
 
 SOURCE = KafkaSourceConfig.from_properties(
     {"name": "orders", "bootstrap.servers": "127.0.0.1:9", "topics": "orders"}

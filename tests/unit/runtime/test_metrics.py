@@ -23,8 +23,8 @@ from ethereal_kafka.runtime.metrics import (
     PENDING_TTL_S,
     Histogram,
     JobMetrics,
-    serve,
 )
+from ethereal_kafka.runtime.run_metrics import serve
 
 APP = "app1"
 
