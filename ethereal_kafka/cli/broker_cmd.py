@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,43 +55,37 @@ def run(args: argparse.Namespace) -> int:
     if args.nodes < 1:
         raise ConfigError(f"--nodes must be 1 or more, not {args.nodes}")
     if args.nodes > 1:
-        return _cluster(args)
+        if args.port:
+            raise ConfigError(
+                "--port names one broker's port: a cluster's nodes take free ports (kept across restarts)"
+            )
+        cluster = LocalCluster(
+            ClusterSettings(
+                name=args.name or f"cluster{args.nodes}", state_dir=args.state_dir, nodes=args.nodes
+            )
+        )
+        return _act(
+            cluster, args.action, lambda status: status.nodes, f"not running (state {cluster.state_dir})"
+        )
     broker = LocalBroker(
         BrokerSettings(name=args.name or "default", state_dir=args.state_dir, port=args.port)
     )
-    if args.action == "start":
-        began = time.monotonic()
-        status = broker.start()
-        print(f"{status.describe()} [{time.monotonic() - began:.1f}s]")
-        print(status.bootstrap)
-        return 0
-    if args.action == "stop":
-        stopped = broker.stop()
-        print("stopped" if stopped else "not running")
-        return 0
-    status = broker.status()
-    print(status.describe())
-    return 0 if status.running else 3
+    return _act(broker, args.action, lambda status: True, "")
 
 
-def _cluster(args: argparse.Namespace) -> int:
-    if args.port:
-        raise ConfigError(
-            "--port names one broker's port: a cluster's nodes take free ports (kept across restarts)"
-        )
-    cluster = LocalCluster(
-        ClusterSettings(name=args.name or f"cluster{args.nodes}", state_dir=args.state_dir, nodes=args.nodes)
-    )
-    if args.action == "start":
+def _act(target: Any, action: str, known: Callable[[Any], Any], unknown: str) -> int:
+    """Start, stop or show `target` (a `LocalBroker` or `LocalCluster`); `status` prints `unknown` when `known(status)`
+    is false (a cluster with no node state). Exit code 3: status of a target that is not running."""
+    if action == "start":
         began = time.monotonic()
-        status = cluster.start()
-        print(f"{status.describe()}\n[{time.monotonic() - began:.1f}s]")
+        status = target.start()
+        described = status.describe()  # a cluster's is a line per node: the time goes on a line of its own
+        print(f"{described}{chr(10) if chr(10) in described else ' '}[{time.monotonic() - began:.1f}s]")
         print(status.bootstrap)
         return 0
-    if args.action == "stop":
-        stopped = cluster.stop()
-        print("stopped" if stopped else "not running")
+    if action == "stop":
+        print("stopped" if target.stop() else "not running")
         return 0
-    status = cluster.status()
-    print(status.describe() if status.nodes else f"not running (state {cluster.state_dir})")
+    status = target.status()
+    print(status.describe() if known(status) else unknown)
     return 0 if status.running else 3
