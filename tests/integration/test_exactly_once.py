@@ -16,7 +16,9 @@ import pytest
 
 from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.connectors.kafka.topics import add_partitions
+from ethereal_kafka.eos.committed import committed_offsets
 from ethereal_kafka.eos.errors import RecoveryError
+from ethereal_kafka.eos.names import owner_group, progress_topic
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
@@ -399,6 +401,10 @@ def test_broker_restart_mid_run(
         time.sleep(3)
     finally:
         kafka_cluster.broker.start()
+        # "Back" is when the broker serves the app's group coordinators again (its own restart loads every group
+        # and transaction log first: 20-35 s, and more on a busy shared broker, which no job can shorten).
+        for group in (owner_group(files.app_id), files.app_id):
+            committed_offsets(bs, group, {}, [(src, 0), (progress_topic(files.app_id), 0)], deadline_s=300)
         back_ms = time.time() * 1000  # the history's clock
         job.join(timeout=420)
     assert runs, "the run did not end"
@@ -416,11 +422,18 @@ def test_broker_restart_mid_run(
     # before its next transaction. Kept, its `send_offsets_to_transaction` blocked on a stale coordinator until
     # `bounded_call` gave up (35 s): the epoch spanning the restart took 41-69 s in 9 of 9 runs; 7-17 s since.
     # Counted from the broker's return, not the epoch's start: the broker's own restart took 20-30 s at a load
-    # average of 30 (one CI run: a 37 s epoch that committed in 154 ms once the broker was back).
+    # average of 30 (one CI run: a 37 s epoch that committed in 154 ms once the broker was back), and its group
+    # coordinators answered NOT_COORDINATOR for up to a minute more while loading a shared broker's groups.
     with CheckpointHistory(files.app_id, read_only=True) as history:
-        ends = [r.started_ms + r.duration_ms for r in history.records() if r.outcome == "committed"]
+        records = history.records()
+    ends = [r.started_ms + r.duration_ms for r in records if r.outcome == "committed"]
     first_after = min(end for end in ends if end > back_ms) - back_ms
-    assert first_after < 25_000, first_after
+    timeline = [
+        (r.epoch, r.outcome, round(r.started_ms - back_ms), r.duration_ms, r.commit_ms, r.txn_aborts, r.error)
+        for r in sorted(records, key=lambda r: r.started_ms)
+        if r.started_ms + r.duration_ms > back_ms - 60_000
+    ]
+    assert first_after < 25_000, (first_after, runs[0].error, timeline)
 
 
 def test_stateless_job_without_checkpoint_resumes_from_group_offsets(
