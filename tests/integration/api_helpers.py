@@ -35,7 +35,7 @@ def write_api_job(
     sources: dict[str, tuple[str, str]],
     sinks: dict[str, tuple[str, str]],
     *,
-    max_records: int = 200,
+    max_records: int | dict[str, int] = 200,
     extra_job: str = "",
     guarantee: str = "exactly-once",
 ) -> ApiJob:
@@ -44,13 +44,15 @@ def write_api_job(
     Args:
         sources: name -> (topic, extra properties lines), e.g. `{"events": (topic, "value.format=json\\n...")}`.
         sinks: name -> (topic, extra properties lines).
+        max_records: every source's `max.records.per.epoch`, or one per source name.
     """
     folder.mkdir(parents=True, exist_ok=True)
     app = f"api-{uuid.uuid4().hex[:8]}"
+    limits = max_records if isinstance(max_records, dict) else dict.fromkeys(sources, max_records)
     for name, (topic, extra) in sources.items():
         (folder / f"{name}.source.properties").write_text(
             f"connector.class=kafka-source\nname={name}\nbootstrap.servers={bootstrap}\ntopics={topic}\n"
-            f"starting.offsets=earliest\nmax.records.per.epoch=${{{EPOCH_RECORDS_ENV}:-{max_records}}}\n{extra}"
+            f"starting.offsets=earliest\nmax.records.per.epoch=${{{EPOCH_RECORDS_ENV}:-{limits[name]}}}\n{extra}"
         )
     for name, (topic, extra) in sinks.items():
         (folder / f"{name}.sink.properties").write_text(

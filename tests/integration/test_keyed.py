@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from ethereal_kafka.runtime.logs import JVM_OUTPUT_FILE, default_log_dir
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import split_by_epochs
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
@@ -26,12 +25,10 @@ from tests.integration.api_helpers import (
     read_records,
     write_api_job,
 )
-from tests.integration.eos_helpers import FINAL_RUN
 from tests.integration.keyed_jobs import EVENT_DDL
 
 SOURCE = f"value.format=json\nvalue.schema={EVENT_DDL}\n"
 SINK = "value.format=json\nkey.format=string\n"
-KILLS = 10
 
 
 def _job(
@@ -262,42 +259,3 @@ def test_fraud_example(
     _assert_per_key(ref.group(read_json(bs, alerts), lambda r: r["card"]), expected_alerts)
     _assert_per_key(ref.group(read_json(bs, rejected), lambda r: r["card"]), expected_rejected)
     assert sum(map(len, expected_alerts.values())) >= 3
-
-
-@pytest.mark.timeout(1500)
-def test_process_function_with_state_and_timers_survives_kills(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
-) -> None:
-    import os
-
-    from ethereal_kafka.testing.crash import compare, run_with_kills
-
-    bs = kafka_cluster.bootstrap
-    source, events = _feed(kafka_cluster, topic_factory, seed=31, count=600, users=8)
-    out, cancelled = topic_factory(partitions=2), topic_factory(partitions=2)
-    job = _job(tmp_path, bs, "slot_timers", source, {"out": out, "cancelled": cancelled}, max_records=20)
-    root = str(Path(__file__).resolve().parents[2])
-    env = {
-        "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p),
-        "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "300",  # widen each task's open transaction: kills land in commits
-    }
-    final = {**FINAL_RUN, "PYTHONPATH": env["PYTHONPATH"]}
-    run = run_with_kills(job.path, KILLS, seed=41, env=env, final_env=final, log=tmp_path / "crash.log")
-    print("\n".join(run.landed))
-    split, epochs = _split(job, "cancelled+out", events, source)
-    main, cancels = ref.slot_timers(split, epochs)
-    for topic, expected in ((out, main), (cancelled, cancels)):
-        result = compare(
-            [ref.dumps(r) for rs in expected.values() for r in rs],
-            [ref.dumps(r) for r in read_json(bs, topic)],
-        )
-        print(result.line(run.kills))
-        assert (result.duplicates, result.lost, result.unexpected) == (0, 0, 0)
-    assert run.kills >= KILLS
-    # What the runs printed on their terminal: no transformWithState worker chatter (it goes to the log folder).
-    terminal = run.log.read_text(encoding="utf-8", errors="replace")
-    assert "TransformWithStateInPandas" not in terminal
-    jvm_output = default_log_dir(job.app_id) / JVM_OUTPUT_FILE
-    assert "TransformWithStateInPandas Python worker" in jvm_output.read_text(
-        encoding="utf-8", errors="replace"
-    )
