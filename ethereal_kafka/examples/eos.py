@@ -37,6 +37,14 @@ def _parsed(frame: DataFrame) -> DataFrame:
     return frame.select(F.from_json(F.col("value").cast("string"), EVENT_DDL).alias("e")).select("e.*")
 
 
+def three_queries(sources: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
+    """`stateless`, `running_total` and `windowed_count` as three queries of one job, each over its own source
+    (`stateless_in`, `running_total_in`, `windowed_count_in`) into the sink named after it: one process runs all
+    three, so one SIGKILL lands in three queries' protocols at once (the kill tests' shared run)."""
+    queries = {"stateless": stateless, "running_total": running_total, "windowed_count": windowed_count}
+    return {name: query({name: sources[f"{name}_in"]}) for name, query in queries.items()}
+
+
 # -- stateless map/filter (partition-preserving) ------------------------------------------------------------------
 def stateless(sources: Mapping[str, DataFrame]) -> DataFrame:
     """Keep events whose amount is not a multiple of 3; emit them with the amount doubled."""

@@ -82,9 +82,9 @@ def run_with_kills(
     """Run `ethereal-kafka run JOB --available-now` until it exits 0, SIGKILLing each of the first `kills` runs
     inside the protocol, then let the last run finish.
 
-    A kill is timed on the job's own progress, not on the clock of a starting JVM: once the run has committed its
-    first epoch (a new file in a query's Spark commit log: start-up and recovery are over), the harness waits for
-    `randint(*epochs_before_kill)` more epochs to be planned (new files in the offset logs), then
+    A kill is timed on the job's own progress, not on the clock of a starting JVM: once every query of the run has
+    committed an epoch (a new file in each query's Spark commit log: start-up and recovery are over), the harness
+    waits for `randint(*epochs_before_kill)` more epochs to be planned (new files in the offset logs), then
     `uniform(*window_s)` seconds, and kills the whole process group. Each kill is recorded with where it landed
     (`CrashRun.landed`): the epoch in flight, its transactions (from the sink tasks' fault trace) and whether Spark
     had committed it.
@@ -167,6 +167,17 @@ def _check_deadline(began: float, timeout_s: float, kills: int, log_path: Path) 
         raise HarnessError(f"crash harness exceeded {timeout_s:.0f}s after {kills} kills (log {log_path})")
 
 
+def _queries_without_a_commit(root: Path, committed_before: set[tuple[str, int]]) -> set[str]:
+    """The queries that have not committed an epoch in this run yet ({"*"} while none of them has): a run's recovery
+    is over once every query committed one, so that a kill never keeps a slower query (a stateful one beside a
+    stateless one) from ever getting past its first epoch."""
+    new = _log_files(root, "commits") - committed_before
+    if not new:
+        return {"*"}
+    started = {folder.parent.name for folder in root.glob("*/offsets")}
+    return started - {query for query, _ in new}
+
+
 def _log_files(root: Path, log: str) -> set[tuple[str, int]]:
     """`(query, epoch)` of every file in the queries' `commits/` or `offsets/` logs under the checkpoint root."""
     found: set[tuple[str, int]] = set()
@@ -200,12 +211,15 @@ def _kill_moment(
         HarnessError: no epoch committed within `first_commit_timeout_s`.
     """
     deadline = time.monotonic() + first_commit_timeout_s
-    while not (_log_files(root, "commits") - committed_before):
+    while waiting := _queries_without_a_commit(root, committed_before):
         if proc.poll() is not None:
             return None
         if time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL)
-            raise HarnessError(f"no epoch committed within {first_commit_timeout_s:.0f}s of a start")
+            raise HarnessError(
+                f"no epoch of {', '.join(sorted(waiting))} committed within {first_commit_timeout_s:.0f}s of a "
+                "start (a query whose input ran out commits no more: give it more input)"
+            )
         time.sleep(0.02)
     planned = _log_files(root, "offsets")
     more = rng.randint(*epochs_before_kill)

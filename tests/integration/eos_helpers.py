@@ -61,6 +61,49 @@ def write_job(
     return JobFiles(folder / "job.properties", app, source_topic, sink_topic, checkpoint)
 
 
+@dataclass(frozen=True)
+class QueryFiles:
+    """One query of a multi-query test job: its source (`{query}_in`) and sink (named after the query)."""
+
+    source_topic: str
+    sink_topic: str
+    max_records: int
+    source_extra: str = ""
+
+
+def write_queries_job(
+    folder: Path, bootstrap: str, pipeline: str, queries: dict[str, QueryFiles], *, app_id: str | None = None
+) -> Path:
+    """Write a job of several queries (`write_job`'s settings): for each query name a source `{name}_in` and a sink
+    `name` (`pipeline` returns `{sink name: DataFrame}`), each source with its own `max.records.per.epoch` (overridden by
+    `TEST_EPOCH_RECORDS` like `write_job`'s) and extra lines. Returns the job file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    app = app_id or f"eos-{uuid.uuid4().hex[:8]}"
+    for name, q in queries.items():
+        (folder / f"{name}-source.properties").write_text(
+            f"connector.class=kafka-source\nname={name}_in\nbootstrap.servers={bootstrap}\ntopics={q.source_topic}\n"
+            f"starting.offsets=earliest\nmax.records.per.epoch=${{{EPOCH_RECORDS_ENV}:-{q.max_records}}}\n"
+            f"{q.source_extra}"
+        )
+        (folder / f"{name}-sink.properties").write_text(
+            f"connector.class=kafka-sink\nname={name}\nbootstrap.servers={bootstrap}\ntopic={q.sink_topic}\n"
+        )
+    sources = ",".join(f"{name}-source.properties" for name in queries)
+    sinks = ",".join(f"{name}-sink.properties" for name in queries)
+    job = folder / "job.properties"
+    job.write_text(
+        f"app.id={app}\nsources={sources}\nsinks={sinks}\npipeline={pipeline}\n"
+        f"checkpoint.location={folder / 'checkpoint'}\ndelivery.guarantee=exactly-once\ntrigger.interval.ms=200\n"
+        "sink.tasks=2\ntransaction.timeout.ms=30000\n"
+    )
+    return job
+
+
+def dead_letter_lines(dlq_topic: str) -> str:
+    """A source's lines that decode values as JSON and send poison records to `dlq_topic` (`dead_letter_job`)."""
+    return f"value.format=json\nvalue.schema=id bigint, amount bigint\non.error=dlq\ndlq.topic={dlq_topic}\n"
+
+
 def feed(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], partitions: int) -> None:
     """Produce records keyed into partitions by a stable hash of the key (per-key order = offset order)."""
     by_partition: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)
@@ -136,9 +179,7 @@ def add_poison(bootstrap: str, topic: str, partitions: int, count: int) -> None:
 def dead_letter_job(files: JobFiles, dlq_topic: str) -> None:
     """Make the job's source decode values as JSON and send poison records to `dlq_topic` (`on.error=dlq`)."""
     with (files.job.parent / "source.properties").open("a") as source:
-        source.write(
-            f"value.format=json\nvalue.schema=id bigint, amount bigint\non.error=dlq\ndlq.topic={dlq_topic}\n"
-        )
+        source.write(dead_letter_lines(dlq_topic))
 
 
 def check_dead_letters(bootstrap: str, source_topic: str, dlq_topic: str) -> str:
