@@ -57,7 +57,8 @@
         }
         const epochs = f.epochs || {};
         add(out.query, q.name, `epoch ${f.last_epoch ?? "-"} · ${EK.fmt.int(epochs.committed || 0)} committed` +
-          (epochs.failed ? ` · ${epochs.failed} failed` : ""));
+          (epochs.failed ? ` · ${epochs.failed} failed` : "") +
+          (epochs.interrupted ? ` · ${epochs.interrupted} interrupted by the stop` : ""));
         for (const [nid, rows] of Object.entries(f.operators || {})) {
           const rate = EK.rate((s) => ((((s.queries[q.name] || {}).operators || {})[nid]) || {}).out || 0);
           add(out.node, nid, operatorLine(rows.in, rows.out, rows.out === null ? null : rate));
