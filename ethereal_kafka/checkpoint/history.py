@@ -79,7 +79,10 @@ class EpochRecord:
         end_offsets: Input offsets the epoch ended at (exclusive).
         records_in: Offsets the epoch advanced its inputs by (records plus transaction markers and aborted
             records), or -1 when unknown; `records_read` is the count of records.
-        records_out: Records written to the sinks.
+        records_out: Records the epoch committed to the sinks: for a committed epoch an exactly-once figure, its
+            skipped tasks counting the records an earlier attempt committed for them (that attempt, recorded
+            failed or interrupted, counts none), so that it matches `operators`, which the committing attempt
+            computed over the whole input; 0 for an attempt that did not commit.
         tasks: Sink tasks run.
         skipped_tasks: Tasks that found their epoch marker already committed (a replay of a committed epoch).
         started_ms: When the attempt started, epoch milliseconds (wall clock).

@@ -555,14 +555,15 @@ class JobMetrics:
         for row in tasks:
             skipped = bool(_field(row, "skipped", 0))
             self.tasks[(query, "skipped" if skipped else "committed")] += 1
-            if skipped:
-                continue
-            self.retries[(query,)] += max(0, int(_field(row, "attempts", 1) or 1) - 1)
-            commit_ms = _field(row, "commit_ms", None)
-            if commit_ms is not None:
-                self._histogram(self.commit_seconds, (query,), COMMIT_BUCKETS).observe(
-                    float(commit_ms) / 1000
-                )
+            if not skipped:
+                self.retries[(query,)] += max(0, int(_field(row, "attempts", 1) or 1) - 1)
+                commit_ms = _field(row, "commit_ms", None)
+                if commit_ms is not None:
+                    self._histogram(self.commit_seconds, (query,), COMMIT_BUCKETS).observe(
+                        float(commit_ms) / 1000
+                    )
+            # A skipped task's records are the ones an earlier attempt of the epoch committed (`RESULT_SCHEMA`): the
+            # epoch's output counts once here, the earlier attempt being recorded failed or interrupted with none.
             counts = _field(row, "sink_records", None)
             if counts is None or len(counts) != len(per_sink):
                 split = False
