@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.config import load_connector, load_job, validate_file
 from ethereal_kafka.config.properties import load_properties
-from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.errors import ConfigError, EtherealKafkaError
 from ethereal_kafka.runtime.preflight import connector_problems, plan_problems, preflight, topic_problems
 
 if TYPE_CHECKING:
@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
                 problems = planner.problems(path)
         except ConfigError as exc:
             problems = [str(exc)]
+        except EtherealKafkaError as exc:  # Spark did not start (`SparkSetupError`): the job is not judged
+            problems = [f"{path}: the job could not be planned: {exc} (--no-plan skips planning)"]
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         if problems:
