@@ -255,8 +255,12 @@ def plan_problems(loaded: LoadedJob, spark: SparkSession) -> list[str]:
 
     Called by `validate` once `preflight` found nothing. Never raises for a problem of the job.
     """
+    import logging
+
     from ethereal_kafka.runtime.pipeline import build_pipeline
 
+    # PySpark logs an analysis error (a JSON line with the JVM's stack) before raising it: the one line is ours.
+    logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
     try:
         build_pipeline(spark, loaded, loaded.sources)
     except EtherealKafkaError as exc:
@@ -277,7 +281,8 @@ def raised_line(exc: BaseException, loaded: LoadedJob) -> str:
         if not f.filename.startswith("<") and not _framework_file(f.filename)
     ]
     where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else str(_pipeline_file(loaded))
-    text = " ".join(str(exc).split()) or "(no message)"
+    lines = str(exc).strip().splitlines()  # Spark's analysis errors go on with the whole plan: its first line
+    text = " ".join(lines[0].split()).removesuffix(";") if lines else "(no message)"
     return f"{where}: {type(exc).__name__}: {text} (building the pipeline of job {loaded.path})"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -22,7 +22,7 @@ SOURCE = (
     "connector.class=kafka-source\nname=orders\nbootstrap.servers=127.0.0.1:9\ntopics=orders\n"
     "value.format=json\nvalue.schema=id long, amount long\n"
 )
-SINK = "connector.class=kafka-sink\nname=out\nbootstrap.servers=127.0.0.1:9\ntopic=out\n"
+SINK = "connector.class=kafka-sink\nname=out\nbootstrap.servers=127.0.0.1:9\ntopic=out\nvalue.format=json\n"
 
 ECHO = """\
 from ethereal_kafka.api.functions import KeyedProcessFunction
@@ -69,8 +69,10 @@ def job(tmp_path: Path, pipeline: str, modules: dict[str, str] | None = None) ->
     return job_file, module
 
 
-def errors(capsys: pytest.CaptureFixture[str]) -> list[str]:
-    lines = capsys.readouterr().err.splitlines()
+def errors(capsys: pytest.CaptureFixture[str] | Any) -> list[str]:
+    """The `error:` lines of a validate run (`capsys`, or what it captured)."""
+    err = capsys.err if hasattr(capsys, "err") else capsys.readouterr().err
+    lines = err.splitlines()
     assert lines and all(line.startswith("error: ") for line in lines), lines
     return lines
 
@@ -106,6 +108,27 @@ def test_a_missing_output_type_the_planner_catches_fails_validate(
     assert main(["validate", str(job_file)]) == 1
     [line] = errors(capsys)
     assert line.startswith(f"error: {module}: ") and "aggregate needs output_type" in line, line
+
+
+@pytest.mark.spark
+def test_a_type_error_spark_finds_while_planning_is_one_line(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sink whose format cannot hold the stream (bytes from a long): Spark's analysis refuses the plan with the
+    whole plan in its message; validate prints its first line."""
+    job_file, _ = job(
+        tmp_path,
+        "from pkg.count import Count\n\n\ndef build(env):\n"
+        "    env.from_source('orders').key_by('id').aggregate(Count(), output_type='value long').sink_to('out')\n",
+        {"count.py": COUNT},
+    )
+    sink = job_file.parent / "out.properties"
+    sink.write_text(sink.read_text().replace("value.format=json", "value.format=bytes"))
+    assert main(["validate", str(job_file)]) == 1
+    captured = capsys.readouterr()
+    [line] = errors(captured)
+    assert "AnalysisException" in line and "cannot cast" in line and "Project [" not in line, line
+    assert "DataFrameQueryContextLogger" not in captured.err
 
 
 @pytest.mark.spark
