@@ -1,7 +1,7 @@
 """The local checkpoint history: one entry per epoch attempt of an app, kept in RocksDB (via rocksdict).
 
 The history is for people, not for recovery: nothing in the exactly-once protocol reads it back. The coordinator
-appends one `EpochRecord` per epoch attempt (committed, aborted or failed) on the driver; `ethereal-kafka
+appends one `EpochRecord` per epoch attempt (committed, aborted, failed or interrupted) on the driver; `ethereal-kafka
 checkpoints APP` reads it, usually while the job is still running.
 
 Layout (raw byte keys, so RocksDB's byte order is the order below):
@@ -38,7 +38,10 @@ from ethereal_kafka.connectors.kafka.offsets import Offsets, SourceOffset
 from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.paths import cache_home
 
-OUTCOMES = ("committed", "aborted", "failed")
+#: An epoch attempt's outcomes. "interrupted": a stop (SIGTERM, Ctrl-C, a `stop` event, or the other queries' stop
+#: after one failed) ended the attempt while it wrote; nothing failed, and the next start replays it. Entries written
+#: before "interrupted" existed recorded such an attempt as "failed".
+OUTCOMES = ("committed", "aborted", "failed", "interrupted")
 DEFAULT_MAX_ENTRIES = 10_000
 
 _ENTRY_PREFIX = b"e:"
@@ -76,13 +79,18 @@ class EpochRecord:
         end_offsets: Input offsets the epoch ended at (exclusive).
         records_in: Offsets the epoch advanced its inputs by (records plus transaction markers and aborted
             records), or -1 when unknown; `records_read` is the count of records.
-        records_out: Records written to the sinks.
+        records_out: Records the epoch committed to the sinks: for a committed epoch an exactly-once figure, its
+            skipped tasks counting the records an earlier attempt committed for them (that attempt, recorded
+            failed or interrupted, counts none), so that it matches `operators`, which the committing attempt
+            computed over the whole input; 0 for an attempt that did not commit.
         tasks: Sink tasks run.
         skipped_tasks: Tasks that found their epoch marker already committed (a replay of a committed epoch).
         started_ms: When the attempt started, epoch milliseconds (wall clock).
         duration_ms: How long the attempt took.
-        outcome: "committed", "aborted" or "failed".
-        error: One line describing the failure, for "aborted" and "failed"; else None.
+        outcome: "committed", "aborted", "failed" or "interrupted" (a stop ended the attempt while it wrote: not
+            a failure; the next start replays the epoch). See `OUTCOMES`.
+        error: One line describing the failure, for "aborted" and "failed" (for "interrupted", what the stop
+            left the write with); else None.
         query: The query the epoch belongs to ("" in entries written before queries were named).
         watermark_ms: The event-time watermark the epoch ran with, as Spark logged it before running it (epoch
             milliseconds; 0 before any watermark); None when unknown.
@@ -153,7 +161,7 @@ class EpochRecord:
     def outcome_detail(self) -> str:
         """The outcome as a person reads it: "committed", "aborted-and-redone" (committed after at least one of
         its transactions was aborted and redone), "skipped-on-replay" (every sink task found the epoch committed
-        before: a replay that wrote nothing), or the outcome itself ("failed", "aborted")."""
+        before: a replay that wrote nothing), or the outcome itself ("failed", "aborted", "interrupted")."""
         if self.outcome != "committed":
             return self.outcome
         if self.txn_aborts > 0:

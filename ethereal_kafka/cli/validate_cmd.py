@@ -1,9 +1,12 @@
 """`ethereal-kafka validate FILE...`: check job and connector files without running anything.
 
 Runs the checks `run` runs before Spark starts (`runtime.preflight`): keys and values, schemas, the `kafka.*`
-settings (judged by librdkafka), the pipeline module and function, and the connector names the pipeline uses. With
-`--connect` it also asks each cluster whether it answers and has every topic. Every problem is one `error:` line
-naming the file it comes from.
+settings (judged by librdkafka), the pipeline module and function, and the connector names the pipeline uses.
+Then, for a job whose files pass, it plans the job as `run` would (`preflight.plan_problems`: the pipeline called
+and its graph compiled into Spark queries, none started, no broker contacted), on one local SparkSession for all
+the files (started only when a job gets that far; `--no-plan` skips the step and Spark). With `--connect` it also
+asks each cluster whether it answers and has every topic. Every problem is one `error:` line naming the file it
+comes from.
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.config import load_connector, load_job, validate_file
 from ethereal_kafka.config.properties import load_properties
-from ethereal_kafka.errors import ConfigError
-from ethereal_kafka.runtime.preflight import connector_problems, preflight, topic_problems
+from ethereal_kafka.errors import ConfigError, EtherealKafkaError
+from ethereal_kafka.runtime.preflight import connector_problems, plan_problems, preflight, topic_problems
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def register(sub: Any) -> None:
@@ -33,6 +39,11 @@ def register(sub: Any) -> None:
         type=float,
         default=10.0,
         help="with --connect: seconds a cluster may take to answer (default 10)",
+    )
+    parser.add_argument(
+        "--no-plan",
+        action="store_true",
+        help="skip planning the job's graph on a local Spark session (the checks that need no Spark still run)",
     )
     parser.set_defaults(handler=run)
 
@@ -52,16 +63,66 @@ def problems_of(path: str, connect: bool, timeout_s: float) -> list[str]:
     return preflight(load_job(path), connect=connect, timeout_s=timeout_s)
 
 
+class _Planner:
+    """Plans job files on one SparkSession: the process's active one (a test, a notebook), else a local one started
+    at the first job that needs it, quiet (Spark's log and the JVM's output go to `VALIDATE_LOGS` in the cache)."""
+
+    def __init__(self) -> None:
+        self._spark: SparkSession | None = None
+
+    def problems(self, path: str) -> list[str]:
+        """The planner's problems with job file `path` (`plan_problems`); none for a connector file.
+
+        Raises:
+            ConfigError: the job file does not load (it did for the offline checks, so this is unexpected).
+        """
+        if "connector.class" in load_properties(path):
+            return []
+        if self._spark is None:
+            self._spark = _session()
+        return plan_problems(load_job(path), self._spark)
+
+
+#: Where `validate` leaves the log of the Spark session it plans jobs on (under the cache folder).
+VALIDATE_LOGS = "validate-logs"
+
+
+def _session() -> SparkSession:
+    """The active SparkSession, or a local one started quietly for planning (one core, no web UI)."""
+    from pyspark.sql import SparkSession
+
+    from ethereal_kafka.paths import cache_home
+    from ethereal_kafka.runtime.jvm import OPTIONS_KEY
+    from ethereal_kafka.runtime.logs import JVM_OUTPUT_FILE, child_output_to, spark_log_options
+    from ethereal_kafka.runtime.spark import local_session
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    logs = cache_home() / VALIDATE_LOGS
+    with child_output_to(logs / JVM_OUTPUT_FILE):
+        return local_session(
+            "ethereal-kafka-validate",
+            "local[1]",
+            {"spark.ui.enabled": "false", OPTIONS_KEY: spark_log_options(logs)},
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate every file; print `FILE: ok (...)` per good file and one `error:` line per problem; exit 1 if any
     file has a problem."""
     failed = 0
+    planner = None if args.no_plan else _Planner()
     for path in args.files:
         try:
             summary = validate_file(path)
             problems = problems_of(path, args.connect, args.timeout)
+            if not problems and planner is not None:
+                problems = planner.problems(path)
         except ConfigError as exc:
             problems = [str(exc)]
+        except EtherealKafkaError as exc:  # Spark did not start (`SparkSetupError`): the job is not judged
+            problems = [f"{path}: the job could not be planned: {exc} (--no-plan skips planning)"]
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         if problems:

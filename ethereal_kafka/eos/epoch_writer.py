@@ -102,7 +102,9 @@ class EpochWriter:
                 user_error_line(text) or text,
             )  # fmt: skip
             operator = failed_operator(text)
-            if operator is not None:
+            if c.gate.interrupting:  # the runner is stopping the queries: the stop ended the write
+                failed = dataclasses.replace(failed, outcome="interrupted")
+            elif operator is not None:
                 failed = dataclasses.replace(failed, operator=operator)
             c.record(failed, self.name, self._task_rows)
             raise
@@ -171,7 +173,8 @@ class EpochWriter:
         began: float,
         error: str | None,
     ) -> EpochRecord:
-        """The history record of an epoch attempt: committed when `error` is None, else failed."""
+        """The history record of an epoch attempt: committed when `error` is None, else failed (the caller makes
+        it "interrupted" when a stop ended the write)."""
         from ethereal_kafka.checkpoint.history import EpochRecord
 
         merged, starts = ranges.ends, ranges.starts

@@ -26,11 +26,14 @@ class EpochOutcome:
         epoch: Spark's batch id.
         error: What the write raised (None when it committed): the runner reports its root cause when the query
             then fails.
+        interrupted: The write raised after the runner began stopping the queries (`EpochGate.interrupt`): a
+            stop ended it, it did not fail.
     """
 
     query: str
     epoch: int
     error: BaseException | None = field(default=None, compare=False)
+    interrupted: bool = field(default=False, compare=False)
 
     @property
     def committed(self) -> bool:
@@ -52,6 +55,7 @@ class EpochGate:
         self._last: dict[str, EpochOutcome] = {}
         self._refused: list[tuple[str, int]] = []
         self._held = False
+        self._interrupting = False
 
     @contextmanager
     def epoch(self, query: str, epoch: int) -> Iterator[None]:
@@ -80,7 +84,8 @@ class EpochGate:
         finally:
             with self._cond:
                 self._in_flight.pop(query, None)
-                self._last[query] = EpochOutcome(query, epoch, error)
+                stopped = error is not None and self._interrupting
+                self._last[query] = EpochOutcome(query, epoch, error, stopped)
                 self._cond.notify_all()
 
     @contextmanager
@@ -121,6 +126,22 @@ class EpochGate:
         """True once `close()` was called."""
         with self._cond:
             return self._closed
+
+    def interrupt(self) -> None:
+        """Say that the runner is about to stop queries whose epochs may still be writing (a forced stop, or the
+        other queries' stop after one failed); closes the gate. Called before `StreamingQuery.stop()`, so a write
+        that then raises is known to have been interrupted by the stop (`interrupting`), not to have failed."""
+        with self._cond:
+            self._closed = True
+            self._interrupting = True
+            self._cond.notify_all()
+
+    @property
+    def interrupting(self) -> bool:
+        """True once `interrupt()` was called: an epoch write that raises from then on was ended by the stop
+        (`EpochWriter` records it as "interrupted", not "failed")."""
+        with self._cond:
+            return self._interrupting
 
     def in_flight(self) -> dict[str, int]:
         """`{query: epoch}` of the epochs writing now."""

@@ -57,8 +57,12 @@ from ethereal_kafka.eos.task_plan import EpochWrite, TaskSlot
 
 T = TypeVar("T")
 
-#: One summary row per task. `sink_records`: records per sink of the query (in `outputs` order); `commit_ms`: how
-#: long `send_offsets_to_transaction` + `commit_transaction` of the committing attempt took (null when none did).
+#: One summary row per task. `records` and `sink_records` (per sink of the query, in `outputs` order): the records
+#: the epoch committed for the task, exactly-once figures: for a task that found its epoch committed before
+#: (`skipped`: an earlier attempt of the epoch committed it, one the history records as failed or interrupted, or a
+#: Spark task attempt that died after its commit), the records of the rows it read through, which are the ones that
+#: attempt committed (a replay recomputes the same rows). `commit_ms`: how long `send_offsets_to_transaction` +
+#: `commit_transaction` of the committing attempt took (null when none did).
 RESULT_SCHEMA = (
     "task int, records long, skipped int, attempts int, sink_records array<bigint>, commit_ms double"
 )
@@ -463,7 +467,8 @@ def _committed_or_raise(consumer: Any, tps: list[TopicPartition]) -> list[TopicP
 
 
 def write_task(write: EpochWrite, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """`mapInArrow` body of one sink task: commit the task's rows exactly once; yields one summary row."""
+    """`mapInArrow` body of one sink task: commit the task's rows exactly once; yields one summary row
+    (`RESULT_SCHEMA`: a task whose epoch was committed before reports the records of that commit)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -475,10 +480,10 @@ def write_task(write: EpochWrite, batches: Iterator[pa.RecordBatch]) -> Iterator
     yield pa.RecordBatch.from_pydict(
         {
             "task": pa.array([index], pa.int32()),
-            "records": pa.array([task.records if committed else 0], pa.int64()),
+            "records": pa.array([task.records if committed else sum(per_sink)], pa.int64()),
             "skipped": pa.array([0 if committed else 1], pa.int32()),
             "attempts": pa.array([task.attempts], pa.int32()),
-            "sink_records": pa.array([per_sink if committed else [0] * len(per_sink)], pa.list_(pa.int64())),
+            "sink_records": pa.array([per_sink], pa.list_(pa.int64())),
             "commit_ms": pa.array([task.commit_ms if committed else None], pa.float64()),
         }
     )

@@ -59,13 +59,14 @@ def resolve_pipeline(spec: str, job_file: str | Path | None = None) -> Pipeline:
 class RunningJob:
     """The streaming queries of a started job (one per sink), the run's description (`runtime.description`; None
     when the job was started without one), and the autoscaler watching them (if any: an object with `stop()`, see
-    `runtime.autoscaler`)."""
+    `runtime.autoscaler`), and the run's epoch gate (`eos.gate.EpochGate`; None when started without one)."""
 
     queries: dict[str, StreamingQuery]
     description: RunDescription | None = None
     #: Released by `stop()` when the job took the app itself (`runner.start` without a guard).
     release: Callable[[], None] | None = None
     autoscaler: Any = None
+    gate: Any = None
 
     def close(self) -> None:
         """Stop the run's helpers (the autoscaler); the queries are stopped by `stop()` or the lifecycle."""
@@ -81,9 +82,11 @@ class RunningJob:
                 query.awaitTermination(int(timeout_s))
 
     def stop(self) -> None:
-        """Stop every query (the current epoch is interrupted; Spark replays it on restart), then let the app go
-        when this job took it itself."""
+        """Stop every query (the current epoch is interrupted, and recorded so: `EpochGate.interrupt`; Spark
+        replays it on restart), then let the app go when this job took it itself."""
         try:
+            if self.gate is not None:
+                self.gate.interrupt()
             for query in self.queries.values():
                 query.stop()
         finally:

@@ -78,7 +78,7 @@ class StopReport:
     def line(self) -> str:
         """The one-line summary the runner logs last (tests and operators grep it)."""
         done = ", ".join(
-            f"{q} epoch {o.epoch} {'committed' if o.committed else 'failed'}"
+            f"{q} epoch {o.epoch} {'committed' if o.committed else 'interrupted' if o.interrupted else 'failed'}"
             for q, o in sorted(self.last.items())
         )
         done = f"last epochs: {done}" if done else "no epoch ran"
@@ -250,6 +250,7 @@ class JobLifecycle:
         self.gate.close()
         if not self.gate.wait_idle(self.shutdown_timeout_s, interrupted=self._force):
             log.warning("stopping the other queries with epochs in flight: %s", self.gate.in_flight())
+        self.gate.interrupt()
         for query in self._queries().values():
             if query.isActive:
                 query.stop()
@@ -318,6 +319,7 @@ class JobLifecycle:
                     reason,
                     ", ".join(f"{q} epoch {e}" for q, e in sorted(interrupted.items())) or "no epoch",
                 )
+                self.gate.interrupt()
                 for query in self._queries().values():
                     if query.isActive:
                         query.stop()

@@ -211,7 +211,7 @@ class JobMetrics:
             self._queries[name] = _QueryTally(tuple(sinks), frozenset(side_outputs) & frozenset(sinks))
             for sink in sinks:
                 self.records_out[(name, sink)] += 0
-            for outcome in ("committed", "failed"):
+            for outcome in ("committed", "failed", "interrupted"):
                 self.epochs[(name, outcome)] += 0
             self.retries[(name,)] += 0
             self._histogram(self.epoch_seconds, (name,), EPOCH_BUCKETS)
@@ -522,7 +522,7 @@ class JobMetrics:
                 family(CounterMetricFamily, "skipped_records", "Poison records dropped (on.error=skip)", ("query", "source"), self.skipped),
                 family(CounterMetricFamily, "late_records", "Late records: dropped by a watermark, or routed to a late-data side output", ("query", "reason", "origin"), self.late),
                 family(GaugeMetricFamily, "consumer_lag_records", "Offsets between the last planned epoch's end and the latest stable offset", ("query", "source", "topic", "partition"), self.lag),
-                family(CounterMetricFamily, "epochs", "Epochs by outcome (committed, failed)", ("query", "outcome"), self.epochs),
+                family(CounterMetricFamily, "epochs", "Epochs by outcome (committed, failed; interrupted: ended by a stop, replayed at the next start)", ("query", "outcome"), self.epochs),
                 family(CounterMetricFamily, "sink_tasks", "Sink tasks by outcome (committed; skipped: the epoch was committed before)", ("query", "outcome"), self.tasks),
                 family(CounterMetricFamily, "transaction_retries", "Transaction attempts beyond the first, in committed sink tasks", ("query",), self.retries),
                 family(GaugeMetricFamily, "last_epoch", "The last committed epoch (Spark batch id)", ("query",), last),
@@ -555,14 +555,15 @@ class JobMetrics:
         for row in tasks:
             skipped = bool(_field(row, "skipped", 0))
             self.tasks[(query, "skipped" if skipped else "committed")] += 1
-            if skipped:
-                continue
-            self.retries[(query,)] += max(0, int(_field(row, "attempts", 1) or 1) - 1)
-            commit_ms = _field(row, "commit_ms", None)
-            if commit_ms is not None:
-                self._histogram(self.commit_seconds, (query,), COMMIT_BUCKETS).observe(
-                    float(commit_ms) / 1000
-                )
+            if not skipped:
+                self.retries[(query,)] += max(0, int(_field(row, "attempts", 1) or 1) - 1)
+                commit_ms = _field(row, "commit_ms", None)
+                if commit_ms is not None:
+                    self._histogram(self.commit_seconds, (query,), COMMIT_BUCKETS).observe(
+                        float(commit_ms) / 1000
+                    )
+            # A skipped task's records are the ones an earlier attempt of the epoch committed (`RESULT_SCHEMA`): the
+            # epoch's output counts once here, the earlier attempt being recorded failed or interrupted with none.
             counts = _field(row, "sink_records", None)
             if counts is None or len(counts) != len(per_sink):
                 split = False

@@ -12,6 +12,11 @@ Each check returns problems as lines, each naming the file it comes from:
 - under exactly-once, that every source's epochs (as the runner bounds them) can commit within
   `transaction.timeout.ms` (`runtime.source_bounds.bound_problems`);
 - with `connect`, that the brokers answer and every source, sink, table and dead-letter topic exists.
+
+`plan_problems` goes one step further, for `validate` (unless `--no-plan`): it plans the job as `run` does
+(`runtime.pipeline.build_pipeline`: the graph compiled into Spark queries, nothing started), on a SparkSession the
+caller provides, so every refusal of the planner (an operator misuse, a missing `output_type`) and every exception
+of the user's code while the graph is built is found before `run`.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+import traceback
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig, KafkaTableConfig
 from ethereal_kafka.config.job import LoadedJob
@@ -30,6 +36,9 @@ from ethereal_kafka.errors import ConfigError, EtherealKafkaError
 from ethereal_kafka.runtime.job import resolve_pipeline
 from ethereal_kafka.runtime.pipeline import is_graph_pipeline
 from ethereal_kafka.runtime.source_bounds import bound_problems
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Connector = KafkaSourceConfig | KafkaSinkConfig | KafkaTableConfig
 
@@ -231,6 +240,69 @@ def built_graph_problems(loaded: LoadedJob, function: Any) -> list[str]:
         env.graph()
     except EtherealKafkaError as exc:
         return [f"{file}: {exc} (job {loaded.path})"]
-    except Exception:  # e.g. `F.col` without a SparkContext: not a problem of the job
-        return []
+    except Exception as exc:
+        if _needs_spark(exc):  # e.g. `F.col` without a SparkContext: judged when the job is planned
+            return []
+        return [raised_line(exc, loaded)]
     return []
+
+
+def plan_problems(loaded: LoadedJob, spark: SparkSession) -> list[str]:
+    """Plan the job on `spark` as `run` does (`build_pipeline`: the pipeline called, its graph compiled into
+    queries; no query starts, no broker is contacted) and return the planner's refusal as one line naming the
+    pipeline's file, or what the user's code raised while building as one line naming its file and line; empty
+    when the job plans.
+
+    Called by `validate` once `preflight` found nothing. Never raises for a problem of the job.
+    """
+    import logging
+
+    from ethereal_kafka.runtime.pipeline import build_pipeline
+
+    # PySpark logs an analysis error (a JSON line with the JVM's stack) before raising it: the one line is ours.
+    logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
+    try:
+        build_pipeline(spark, loaded, loaded.sources)
+    except EtherealKafkaError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [f"{_pipeline_file(loaded)}: {first} (job {loaded.path})"]
+    except Exception as exc:
+        return [raised_line(exc, loaded)]
+    return []
+
+
+def raised_line(exc: BaseException, loaded: LoadedJob) -> str:
+    """`FILE:LINE: Type: message (building the pipeline of job JOB)` for an exception the user's code raised while
+    the pipeline was built: FILE:LINE is the innermost frame outside Python's import machinery, PySpark and this
+    package (for a module that fails to import, the line that fails in it)."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<") and not _framework_file(f.filename)
+    ]
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else str(_pipeline_file(loaded))
+    lines = str(exc).strip().splitlines()  # Spark's analysis errors go on with the whole plan: its first line
+    text = " ".join(lines[0].split()).removesuffix(";") if lines else "(no message)"
+    return f"{where}: {type(exc).__name__}: {text} (building the pipeline of job {loaded.path})"
+
+
+def _pipeline_file(loaded: LoadedJob) -> str:
+    """The file of the job's pipeline function (the job file when it has none or it cannot be found)."""
+    spec = loaded.job.pipeline
+    if spec is None:
+        return str(loaded.path)
+    try:
+        return inspect.getsourcefile(resolve_pipeline(spec, loaded.path)) or str(loaded.path)
+    except (ConfigError, TypeError):
+        return str(loaded.path)
+
+
+def _framework_file(filename: str) -> bool:
+    parts = Path(filename).parts
+    return "pyspark" in parts or "py4j" in parts or "ethereal_kafka" in parts
+
+
+def _needs_spark(exc: BaseException) -> bool:
+    """True when `exc` was raised inside PySpark (a column expression built without a SparkContext)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and "pyspark" in Path(frames[-1].filename).parts

@@ -6,8 +6,8 @@ On a terminal (`progress=tty`, or `auto` when stderr is one) the line is rewritt
 rates over the last 10 s. Otherwise (`log`: a file, a pipe, a service's journal) the line is made every
 `progress.interval.ms`, with rates over that interval, and printed only when it says something new: when it differs
 from the last line printed, or as a heartbeat when the same line has not been printed for `HEARTBEAT_S` (an idle
-job writes one line a minute, not one every interval forever). Everything goes to stderr; `progress=off` prints
-nothing.
+job writes one line a minute, not one every interval forever). A rate below 1 rec/s that is not zero reads `<1 rec/s`
+(`0 rec/s` means nothing came). Everything goes to stderr; `progress=off` prints nothing.
 
 While an in-place line is live, anything else written to the terminal must go through `above_live_line()` (the
 run's console log handler does, `runtime.logs`): the line is erased first and redrawn after, so no other line is
@@ -84,7 +84,10 @@ def render(app_id: str, now: Snapshot, before: Snapshot | None) -> str:
     def rate(current: int, previous: int | None) -> str:
         if previous is None or seconds <= 0:
             return f"{current:,} total"
-        return f"{(current - previous) / seconds:,.0f} rec/s"
+        per_s = (current - previous) / seconds
+        # A trickle would round to "0 rec/s", which must mean that nothing came (and, log mode printing on change,
+        # would hide the records' arrival); below 1 rec/s the line says `<1`, one stable text for any trickle.
+        return "<1 rec/s" if 0 < per_s < 1 else f"{per_s:,.0f} rec/s"
 
     parts = [
         app_id,

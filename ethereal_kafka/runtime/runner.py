@@ -236,7 +236,11 @@ def _start(
     if autoscaler is not None:
         autoscaler.start()
     return RunningJob(
-        queries, description, release=guard.release if own else None, autoscaler=autoscaler
+        queries,
+        description,
+        release=guard.release if own else None,
+        autoscaler=autoscaler,
+        gate=coordinator.gate,
     ), coordinator
 
 

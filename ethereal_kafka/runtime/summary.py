@@ -30,7 +30,8 @@ class RunSummary:
         records_out: `{(query, sink): records}` written by committed epochs.
         dead_lettered: Poison records sent to the dead-letter topic (all queries).
         late: Late records: dropped by a watermark or routed to a late-data side output (all queries).
-        epochs: `{outcome: count}` of the epochs of all queries (`committed`, `failed`).
+        epochs: `{outcome: count}` of the epochs of all queries (`committed`, `failed`, `interrupted`: ended by a
+            stop, replayed at the next start).
         watermarks_s: `{query: watermark}` (Unix seconds) as Spark last reported it, for queries with one.
         state_rows: `{query: rows}` in the state stores of each stateful query, as Spark last reported it.
         user_errors: `{action: elements}` whose user code raised and were skipped or dead-lettered
@@ -68,7 +69,8 @@ class RunSummary:
             ("late", f"{self.late:,}"),
             (
                 "epochs",
-                f"{self.epochs.get('committed', 0):,} committed, {self.epochs.get('failed', 0):,} failed",
+                f"{self.epochs.get('committed', 0):,} committed, {self.epochs.get('failed', 0):,} failed"
+                + (f", {n:,} interrupted by the stop" if (n := self.epochs.get("interrupted", 0)) else ""),
             ),
         ]
         if self.user_errors:

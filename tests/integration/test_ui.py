@@ -378,7 +378,7 @@ def test_operator_rows_match_a_count_of_the_input(run: UiRun) -> None:
     """Per-operator rows over both runs against a plain-Python count of the input: the select and the map see
     every event once, the filter drops the invalid ones, and the window's rows out are the records its two sinks
     hold. Each epoch counts once, as its last committed attempt ran: an epoch whose transactions committed while the
-    first run was being stopped (recorded failed, interrupted) is replayed by the second run (skipped-on-replay),
+    first run was being stopped (recorded interrupted) is replayed by the second run (skipped-on-replay),
     which computes the same rows again."""
     everything = [json.loads(r.value) for r in read_committed(run.bootstrap, run.topics["events"])]
     assert len(everything) == sum(run.produced.values())
@@ -612,8 +612,9 @@ def test_charts_break_their_lines_at_the_restart_and_mark_it(page: Any, run: UiR
 def test_exceptions_page_shows_failed_epochs_readably(page: Any, run: UiRun) -> None:
     """Every failed epoch is an entry (which query and epoch, when). The user function's failure in `copy` reads as
     one line naming the operator, the user's file and line, the exception and the record. A multi-line error (a
-    JVM error: the first run's stop interrupts an epoch of the other query) shows its innermost exception on one
-    line, not Py4J's wrapper, and its whole text folded below, line by line as recorded."""
+    JVM error), when there is one, shows its innermost exception on one line, not Py4J's wrapper, and its whole text
+    folded below, line by line as recorded. An epoch the first run's stop interrupted (in the other query) is
+    recorded "interrupted": a stop, not a failure, it is no entry."""
     history = _history(run.app_id)
     failed = [r for r in history if r.outcome == "failed"]
     user = [r for r in failed if r.query == "copy"]

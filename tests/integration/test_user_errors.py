@@ -182,3 +182,13 @@ def test_a_transient_failure_is_restarted_from_the_checkpoint_in_the_same_proces
     print(run.report.summary.lines())
     assert run.report.summary.restarts == 1
     assert "  restarts       1" in run.report.summary.lines()
+    # The epochs' figures are exactly-once figures: the map's rows in and out and the records written, summed over
+    # the committed epochs, are the records the output holds, whichever task of the failed attempt committed.
+    with CheckpointHistory(files.app_id, read_only=True) as history:
+        records = history.records()
+    committed = [r for r in records if r.outcome == "committed"]
+    rows = [figures for r in committed for figures in (r.operators or {}).values()]
+    print([(r.epoch, r.outcome_detail, r.records_out, r.skipped_tasks, r.operators) for r in records])
+    assert len(rows) == len(committed), "one operator (the map) per committed epoch"
+    seen = (sum(f[0] for f in rows), sum(f[1] for f in rows), sum(r.records_out for r in committed))
+    assert seen == (len(got), len(got), len(got)), seen

@@ -62,7 +62,11 @@ EK.fmt = {
     const m = Math.floor(s / 60); s -= m * 60;
     return [d ? `${d}d` : "", h ? `${h}h` : "", m ? `${m}m` : "", `${s}s`].filter(Boolean).join(" ");
   },
-  rate(n) { return n === null || n === undefined ? "" : `${n >= 100 ? Math.round(n).toLocaleString("en-US") : n.toFixed(1)} rec/s`; },
+  rate(n) {
+    if (n === null || n === undefined) return "";
+    if (n > 0 && n < 0.05) return "<0.1 rec/s"; // a trickle is not "0.0": that means nothing came
+    return `${n >= 100 ? Math.round(n).toLocaleString("en-US") : n.toFixed(1)} rec/s`;
+  },
 };
 
 /* The queries the plan names, in order. */

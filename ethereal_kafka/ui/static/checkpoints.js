@@ -1,4 +1,5 @@
-/* Checkpoint timeline: every epoch attempt of every query; aborted-and-redone, skipped and failed ones stand out. */
+/* Checkpoint timeline: every epoch attempt of every query; aborted-and-redone, skipped, failed and interrupted (ended by
+   a stop, not a failure) ones stand out. */
 "use strict";
 
 (function () {
@@ -7,6 +8,7 @@
     ["aborted-and-redone", "#d9822b"],
     ["skipped-on-replay", "#8a93a6"],
     ["failed", "#c23b3b"],
+    ["interrupted", "#6b5fb5"],
   ];
   const MAX_ROWS = 500;
   let chart = null;

@@ -57,7 +57,8 @@
         }
         const epochs = f.epochs || {};
         add(out.query, q.name, `epoch ${f.last_epoch ?? "-"} · ${EK.fmt.int(epochs.committed || 0)} committed` +
-          (epochs.failed ? ` · ${epochs.failed} failed` : ""));
+          (epochs.failed ? ` · ${epochs.failed} failed` : "") +
+          (epochs.interrupted ? ` · ${epochs.interrupted} interrupted by the stop` : ""));
         for (const [nid, rows] of Object.entries(f.operators || {})) {
           const rate = EK.rate((s) => ((((s.queries[q.name] || {}).operators || {})[nid]) || {}).out || 0);
           add(out.node, nid, operatorLine(rows.in, rows.out, rows.out === null ? null : rate));
@@ -71,10 +72,18 @@
     } else {
       const since = (state.overview && state.overview.started_ms) || 0;
       const totals = {};
+      // Each epoch counts once, as its last committed attempt ran (an epoch committed, then replayed because
+      // Spark's commit log missed it, has two committed entries: the replay's figures are the same epoch's).
+      const last = new Map();
       for (const e of state.epochs) {
         if (e.outcome !== "committed" || e.started_ms < since) continue;
+        const key = `${e.query}/${e.checkpoint_id}/${e.epoch}`;
+        const seen = last.get(key);
+        if (!seen || seen.started_ms <= e.started_ms) last.set(key, e);
+      }
+      for (const e of last.values()) {
         const t = totals[e.query] || (totals[e.query] = { in: 0, out: 0, epochs: 0, last: null, operators: {}, watermark: null });
-        t.in += Math.max(0, e.records_read != null ? e.records_read : e.records_in); t.out += e.records_out; t.epochs += 1; t.last = e.epoch;
+        t.in += Math.max(0, e.records_read != null ? e.records_read : e.records_in); t.out += e.records_out; t.epochs += 1; t.last = Math.max(t.last ?? e.epoch, e.epoch);
         if (e.watermark_ms) t.watermark = Math.max(t.watermark || 0, e.watermark_ms);
         for (const [nid, rows] of Object.entries(e.operators || {})) {
           const sum = t.operators[nid] || (t.operators[nid] = [0, 0]);

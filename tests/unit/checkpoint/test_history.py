@@ -138,7 +138,9 @@ def test_from_json_rejects_bad_entries(text: str, message: str) -> None:
 
 
 def test_unknown_outcome_is_rejected(record_factory: RecordFactory) -> None:
-    with pytest.raises(HistoryError, match="outcome must be one of committed, aborted, failed, not 'done'"):
+    with pytest.raises(
+        HistoryError, match="outcome must be one of committed, aborted, failed, interrupted, not 'done'"
+    ):
         record_factory(outcome="done")
 
 
@@ -337,6 +339,16 @@ def test_outcome_detail_names_redone_and_skipped_epochs(record_factory: RecordFa
     assert record_factory(tasks=2, skipped_tasks=2, records_out=0).outcome_detail == "skipped-on-replay"
     assert record_factory(tasks=2, skipped_tasks=1).outcome_detail == "committed"
     assert record_factory(outcome="failed", txn_aborts=1, error="x").outcome_detail == "failed"
+
+
+def test_an_epoch_a_stop_interrupted_has_its_own_outcome_and_old_failed_entries_still_read(
+    record_factory: RecordFactory,
+) -> None:
+    stopped = record_factory(outcome="interrupted", error="Job 3 cancelled part of cancelled job group")
+    assert stopped.outcome_detail == "interrupted"
+    assert EpochRecord.from_json(stopped.to_json()) == stopped
+    old = record_factory(outcome="failed", error="Job 3 cancelled")  # how such an epoch was written before
+    assert EpochRecord.from_json(old.to_json()).outcome == "failed"
 
 
 def test_new_fields_round_trip_and_old_entries_still_read(record_factory: RecordFactory) -> None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ethereal_kafka.cli import main
 from ethereal_kafka.demo import demo_job_file
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -18,7 +22,11 @@ def _write(tmp_path: Path, name: str, text: str) -> str:
     return str(path)
 
 
-def test_shipped_demo_and_example_files_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.spark
+def test_shipped_demo_and_example_files_are_valid(
+    spark: SparkSession, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every shipped job file passes the checks and plans (on the session's SparkSession)."""
     folders = (demo_job_file().parent, REPO / "connectors" / "examples")
     files = sorted(str(p) for folder in folders for p in folder.glob("*.properties"))
     assert len(files) > 4

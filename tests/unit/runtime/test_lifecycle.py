@@ -102,6 +102,30 @@ def test_the_timeout_forces_the_stop_and_names_the_interrupted_epoch() -> None:
     assert "interrupted: out epoch 8" in report.line()
 
 
+def test_an_epoch_the_forced_stop_ends_is_interrupted_not_failed() -> None:
+    lifecycle, gate, query = started(timeout_s=0.3)
+    entered, outcome = threading.Event(), []
+
+    def write() -> None:
+        try:
+            with gate.epoch("out", 8):
+                entered.set()
+                while query.active:  # Spark cancels the epoch's job when the query is stopped
+                    time.sleep(0.01)
+                raise RuntimeError("Job 3 cancelled part of cancelled job group")
+        except RuntimeError:
+            outcome.append(gate.interrupting)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    entered.wait(5)
+    lifecycle.request_stop("SIGTERM")
+    report = lifecycle.wait()
+    writer.join(5)
+    assert outcome == [True], "the write raised after the runner said it was stopping the queries"
+    assert gate.last()["out"].interrupted and "interrupted: out epoch 8" in report.line()
+
+
 def test_a_second_signal_forces_the_stop() -> None:
     lifecycle, gate, query = started(timeout_s=30)
     release = threading.Event()

@@ -139,7 +139,7 @@ def test_the_run_summary_adds_up() -> None:
     assert summary.records_in == 300
     assert summary.records_in_per_query == {"enrich": 300, "totals": 300}
     assert summary.records_out == {("enrich", "enriched"): 300, ("totals", "counts"): 9}
-    assert summary.epochs == {"committed": 3, "failed": 0}
+    assert summary.epochs == {"committed": 3, "failed": 0, "interrupted": 0}
     assert summary.late == 4 and summary.state_rows == {"totals": 12}
     assert summary.lines() == [
         "summary of shop: 12.3 s",

@@ -167,6 +167,33 @@ def test_a_line_that_changes_is_printed_at_once_after_quiet_minutes() -> None:
     ]
 
 
+def test_a_trickle_is_not_shown_as_zero() -> None:
+    """A low but non-zero rate printed `in 0 rec/s` (3 records in 10 s); it reads `<1 rec/s`, and only no
+    record at all is 0."""
+    later = replace(START, at=110.0, records_in=START.records_in + 3, records_out=START.records_out + 10)
+    assert render("orders", later, START).startswith("orders | in <1 rec/s | out 1 rec/s |")
+    almost = replace(later, records_in=START.records_in + 9)  # 0.9 rec/s
+    assert render("orders", almost, START).startswith("orders | in <1 rec/s |")
+    idle = replace(START, at=110.0)
+    assert render("orders", idle, START).startswith("orders | in 0 rec/s | out 0 rec/s |")
+
+
+def test_a_trickle_in_log_mode_is_printed_on_change_and_stays_quiet_between() -> None:
+    """Issue 24 item 8 with a trickle: one record every 25 s. An interval that read one says `<1 rec/s` (news),
+    the next that read none says 0 (news); a minute with nothing stays quiet but for the heartbeat."""
+    clock, out = Clock(), io.StringIO()
+    idle = Idle(clock)
+    line = ProgressLine("orders", idle, out, in_place=False, interval_s=10.0, clock=clock)
+    started(line)
+    run_log_mode(line, clock, 10)
+    idle.records_in += 1
+    run_log_mode(line, clock, 10)
+    run_log_mode(line, clock, 10)
+    run_log_mode(line, clock, 150)
+    rates = [text.split(" | ")[1] for text in out.getvalue().splitlines()]
+    assert rates == ["in 0 rec/s", "in <1 rec/s", "in 0 rec/s", "in 0 rec/s", "in 0 rec/s"], rates
+
+
 def test_a_busy_job_prints_every_interval() -> None:
     clock, out = Clock(), io.StringIO()
     line = ProgressLine("orders", Growing(clock), out, in_place=False, interval_s=10.0, clock=clock)

@@ -89,3 +89,10 @@ def test_the_summary_shows_user_errors_and_restarts_when_there_are_some() -> Non
     assert "  restarts       2" in busy.lines()
     assert "  dead-lettered  0 undecodable, 3 from user code" in busy.lines()
     assert "  dead-lettered  0" in RunSummary("a", 1.0, 10, user_errors={"skip": 1}).lines()
+
+
+def test_the_summary_counts_epochs_a_stop_interrupted_apart_from_failed_ones() -> None:
+    epochs = {"committed": 4, "failed": 0}
+    assert "  epochs         4 committed, 0 failed" in RunSummary("a", 1.0, 10, epochs=epochs).lines()
+    stopped = RunSummary("a", 1.0, 10, epochs={**epochs, "interrupted": 1}).lines()
+    assert "  epochs         4 committed, 0 failed, 1 interrupted by the stop" in stopped, stopped
