@@ -11,14 +11,17 @@ def build(env: StreamExecutionEnvironment) -> None:
         .sink_to("counts"))
 """
 
-from ethereal_kafka.api.datastream import DataStream, KeyedStream, WindowedStream
+from ethereal_kafka.api.datastream import ConnectedStreams, DataStream, KeyedStream, WindowedStream
 from ethereal_kafka.api.environment import StreamExecutionEnvironment
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.functions import (
     AggregateFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
     FilterFunction,
     FlatMapFunction,
     KeyedContext,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     MapFunction,
     ProcessWindowFunction,
@@ -60,6 +63,9 @@ __all__ = [
     "AggregateFunction",
     "AggregatingState",
     "AggregatingStateDescriptor",
+    "CoFlatMapFunction",
+    "CoMapFunction",
+    "ConnectedStreams",
     "ContinuousEventTimeTrigger",
     "CountTrigger",
     "CountWindows",
@@ -71,6 +77,7 @@ __all__ = [
     "FlatMapFunction",
     "GlobalWindows",
     "GraphError",
+    "KeyedCoProcessFunction",
     "KeyedContext",
     "KeyedProcessFunction",
     "KeyedStream",

@@ -194,6 +194,20 @@ class DataStream:
             attrs["key"] = _fields(key)[0]
         return self._then(g.LookupJoinNode, **attrs)
 
+    def connect(self, other: DataStream) -> ConnectedStreams:
+        """Connect with `other` (Flink's `connect`): two streams, possibly of different types, processed by one
+        function with a method per input — `map`/`flat_map` with a `CoMapFunction`/`CoFlatMapFunction`, or, when
+        both are keyed alike, `process` with a `KeyedCoProcessFunction` whose state and timers both inputs share.
+
+        Raises:
+            GraphError: `other` is not a stream of the same job.
+        """
+        if not isinstance(other, DataStream):
+            raise GraphError(f"connect takes another stream, got {other!r}")
+        if other.env is not self.env:
+            raise GraphError("connect: both streams must belong to the same job (environment)")
+        return ConnectedStreams(self, other)
+
     # -- outputs -------------------------------------------------------------------------------------------------
     def get_side_output(self, tag: OutputTag) -> DataStream:
         """The elements this stream's operator emitted to `tag` (late data of a window, `ctx.output` of a process
@@ -443,5 +457,82 @@ class IntervalJoinBuilder:
             upper_inclusive=self._inclusive[1],
             function=function,
             output_type=output_type,
+        )
+        return DataStream(env, node)
+
+
+class ConnectedStreams:
+    """Two streams connected (`first.connect(second)`): one function handles both, with a method per input.
+
+    `map`/`flat_map` are per element and keep no state (each input's elements go through its method; the outputs
+    are merged). `process` needs both inputs keyed alike (`a.key_by(k).connect(b.key_by(k))`): a
+    `KeyedCoProcessFunction` then sees, per key, both inputs' elements interleaved in the connected order — event
+    time, then input (first before second), then source partition and offset — the same on every replay.
+    """
+
+    def __init__(self, first: DataStream, second: DataStream) -> None:
+        self.first, self.second = first, second
+
+    def key_by(
+        self,
+        key1: str | Iterable[str] | Callable[[dict[str, Any]], Any],
+        key2: str | Iterable[str] | Callable[..., Any],
+    ) -> ConnectedStreams:
+        """Key both inputs (`key1` for the first, `key2` for the second; see `DataStream.key_by`)."""
+        return ConnectedStreams(self.first.key_by(key1), self.second.key_by(key2))
+
+    def map(self, function: Any, output_type: str | None = None) -> DataStream:
+        """A `CoMapFunction`: `map1` per element of the first input, `map2` per element of the second; both give
+        elements of `output_type` (Spark DDL; default: the inputs' type, which must then be the same)."""
+        one = self.first.map(_method(function, "map1"), output_type)
+        return one.union(self.second.map(_method(function, "map2"), output_type))
+
+    def flat_map(self, function: Any, output_type: str | None = None) -> DataStream:
+        """A `CoFlatMapFunction`: `flat_map1`/`flat_map2`, zero or more elements each (see `map`)."""
+        one = self.first.flat_map(_method(function, "flat_map1"), output_type)
+        return one.union(self.second.flat_map(_method(function, "flat_map2"), output_type))
+
+    def process(
+        self,
+        function: Any,
+        output_type: str | None = None,
+        side_outputs: Iterable[OutputTag] = (),
+        time_mode: str = "auto",
+    ) -> DataStream:
+        """Run a `KeyedCoProcessFunction` (shared keyed state, timers, side outputs) over both keyed inputs.
+
+        Args:
+            output_type: Spark DDL of the main output (default: the inputs' type, when both have the same).
+            side_outputs: Every tag the function emits to (read them with `get_side_output`).
+            time_mode: `event`, `processing` or `auto` (see `graph.ProcessNode`).
+
+        Raises:
+            GraphError: an input is not keyed, a bad time mode, or a side output without a type.
+        """
+        if not isinstance(self.first, KeyedStream) or not isinstance(self.second, KeyedStream):
+            raise GraphError(
+                "process on connected streams needs both keyed: a.key_by(k).connect(b.key_by(k)) "
+                "(a KeyedCoProcessFunction shares keyed state between the inputs)"
+            )
+        for method in ("process_element1", "process_element2"):
+            if not callable(getattr(function, method, None)):
+                raise GraphError(
+                    "process on connected streams takes a KeyedCoProcessFunction "
+                    "(an object with process_element1 and process_element2)"
+                )
+        if time_mode not in ("auto", "event", "processing"):
+            raise GraphError("time_mode is auto, event or processing")
+        tags = tuple(side_outputs)
+        for tag in tags:
+            if tag.output_type is None:
+                raise GraphError(f"side output {tag.name!r} of a process function needs an output_type")
+        env = self.first.env
+        node = env.add(
+            g.CoProcessNode,
+            (self.first.node, self.second.node),
+            function=function,
+            output_type=output_type,
+            side_outputs=tags,
+            time_mode=time_mode,
         )
         return DataStream(env, node)

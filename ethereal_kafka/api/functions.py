@@ -170,3 +170,55 @@ class KeyedProcessFunction(ABC):
     def on_timer(self, timestamp: int, ctx: KeyedContext) -> Iterable[Element] | None:
         """Handle a timer registered for the current key."""
         return None
+
+
+class CoMapFunction(ABC):
+    """One element in, one element out, on two connected streams (Flink's CoMapFunction): `map1` for the first
+    stream's elements, `map2` for the second's. Both must return elements of the same output type."""
+
+    @abstractmethod
+    def map1(self, value: Element) -> Element:
+        """Called once per element of the first stream, on an executor."""
+
+    @abstractmethod
+    def map2(self, value: Element) -> Element:
+        """Called once per element of the second stream, on an executor."""
+
+
+class CoFlatMapFunction(ABC):
+    """Zero or more elements out per element in, on two connected streams (Flink's CoFlatMapFunction)."""
+
+    @abstractmethod
+    def flat_map1(self, value: Element) -> Iterable[Element]:
+        """Called once per element of the first stream; yields or returns the output elements."""
+
+    @abstractmethod
+    def flat_map2(self, value: Element) -> Iterable[Element]:
+        """Called once per element of the second stream; yields or returns the output elements."""
+
+
+class KeyedCoProcessFunction(ABC):
+    """Low-level processing of two keyed streams connected on the same key (Flink's KeyedCoProcessFunction): both
+    inputs share the key's state and timers (the machinery of `KeyedProcessFunction`).
+
+    Lifecycle: `open(runtime_context)` once per executor-side instance (declare state there); per key and epoch,
+    `process_element1` for the first stream's elements and `process_element2` for the second's, interleaved in the
+    connected order (event time, then input — the first before the second —, then source partition and offset:
+    a function of the offsets, so a replayed epoch sees the same interleaving); `on_timer` when a timer fires.
+    Outputs are yielded (or returned as a list).
+    """
+
+    def open(self, runtime_context: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Declare state here."""
+
+    @abstractmethod
+    def process_element1(self, value: Element, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle one element of the first stream."""
+
+    @abstractmethod
+    def process_element2(self, value: Element, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle one element of the second stream."""
+
+    def on_timer(self, timestamp: int, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle a timer registered for the current key (by either input)."""
+        return None

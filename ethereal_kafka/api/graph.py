@@ -222,6 +222,13 @@ class ProcessNode(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class CoProcessNode(ProcessNode):
+    """A `KeyedCoProcessFunction` on two keyed streams connected (`a.key_by(k).connect(b.key_by(k))`):
+    `inputs = (first, second)`, keyed alike. The attributes are a `ProcessNode`'s; both inputs share the key's state
+    and timers, and `output_type` is needed unless both inputs have the same fields and types."""
+
+
+@dataclass(frozen=True, eq=False)
 class SideOutputNode(Node):
     """The elements an operator emitted to `tag` (its input is that operator)."""
 

@@ -219,7 +219,7 @@ class KeyedProcessor(StatefulProcessor):
         self._runtime.seal()
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        ordered = sorted_rows(rows)
+        ordered = self.ordered(rows)
         raw = self._book_state.get()
         book = TimerBook.unpack(loads(raw[0])) if raw is not None else TimerBook()
         book.key = ordered[0].get(KEY) if ordered else key[0]
@@ -234,7 +234,8 @@ class KeyedProcessor(StatefulProcessor):
             call.ts = stamp
             call.timestamp = millis(stamp) if stamp is not None else None
             call.row = row
-            self._run(self._spec.function.process_element, user_element(row), context, call, row)
+            method, element = self.handler(row)
+            self._run(method, element, context, call, row)
             call.row = None
         self._fire_due(call, context)
         if self._spec.on_error is not None and not self._spec.on_error.fails:
@@ -254,6 +255,15 @@ class KeyedProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+    # -- what a subclass may change (`plan.operators.coprocess`) -------------------------------------------------
+    def ordered(self, rows: Iterator[Any]) -> list[dict[str, Any]]:
+        """A key's input rows of the epoch as dicts, in the order the function sees them (`element_order`)."""
+        return sorted_rows(rows)
+
+    def handler(self, row: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The user method that handles `row`, and the element it is given."""
+        return self._spec.function.process_element, user_element(row)
 
     # -- steps ---------------------------------------------------------------------------------------------------
     def _begin(self, timer_values: Any, book: TimerBook, stored: bool) -> _Call:

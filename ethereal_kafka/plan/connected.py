@@ -1,0 +1,172 @@
+"""Compile connected streams: a `KeyedCoProcessFunction` over two keyed streams (`a.key_by(k).connect(b.key_by(k))
+.process(f)`), on the framework's co-process operator (`plan.operators.coprocess`, the process-function operator
+with two inputs). (`connect(...).map/flat_map` need no compiler: the API builds them from per-input maps and a
+union.)
+
+The two inputs become one frame, grouped by `__key`: each row carries its stream's element as a struct (`__in1` or
+`__in2`), the stream's number (`__input`), its event time, key and source position. Both inputs must be keyed by
+values of the same Spark type, and both watermarked or neither (event-time timers need the event time of both
+inputs; the operator's watermark is the least of the two, Spark's rule for a query with several watermarks).
+
+Output fields: `output_type`'s (default: the inputs' fields, when both have the same fields and types), with event
+time (`__ts`) and the key (`__key`) carried on as after `KeyedStream.process`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from ethereal_kafka.api import graph as g
+from ethereal_kafka.api.errors import GraphError
+from ethereal_kafka.plan.conform import ElementType, source_topics
+from ethereal_kafka.plan.context import CompileContext, register
+from ethereal_kafka.plan.keyed import (
+    SPARK_TIME_MODES,
+    check_picklable,
+    event_time_bound,
+    finish_keyed,
+    input_struct,
+    output_schema,
+    resolve_time_mode,
+)
+from ethereal_kafka.plan.operators.base import OutputLayout, transform
+from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS, arrow_struct
+from ethereal_kafka.plan.stream import Stream
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
+
+
+@register(g.CoProcessNode)
+def compile_co_process(ctx: CompileContext, node: g.CoProcessNode, inputs: list[Stream]) -> Stream:
+    """A `KeyedCoProcessFunction` on the framework's co-process operator (see the module docstring).
+
+    Raises:
+        GraphError: an input is not keyed, the keys' types differ, one input has event time and the other not,
+            the function lacks a method, or `output_type` is missing while the inputs' types differ.
+    """
+    from ethereal_kafka.plan.operators.coprocess import CoKeyedProcessor
+    from ethereal_kafka.plan.operators.process import ProcessSpec
+
+    first, second = inputs
+    for number, stream in ((1, first), (2, second)):
+        if not stream.keyed:
+            raise GraphError(
+                f"{node.label}: connected input {number} is not keyed: key both inputs alike, "
+                "a.key_by(k).connect(b.key_by(k))"
+            )
+    first_key, second_key = first.frame.schema[KEY].dataType, second.frame.schema[KEY].dataType
+    if first_key != second_key:
+        raise GraphError(
+            f"{node.label}: the connected inputs are keyed by different types ({first_key.simpleString()} vs "
+            f"{second_key.simpleString()}); key both by values of the same type"
+        )
+    if first.watermarked != second.watermarked:
+        raise GraphError(
+            f"{node.label}: only one connected input has event time; call assign_timestamps_and_watermarks on "
+            "both inputs or neither"
+        )
+    for method in ("process_element1", "process_element2"):
+        if not callable(getattr(node.function, method, None)):
+            raise GraphError(
+                f"{node.label}: process on connected streams takes a KeyedCoProcessFunction (no {method})"
+            )
+    user = _user_type(node, first, second)
+    combined = _combined(first, second)
+    mode = resolve_time_mode(node, combined)
+    tags = node.side_outputs
+    names = [t.name for t in tags]
+    if len(set(names)) != len(names):
+        raise GraphError(f"{node.label}: side outputs {', '.join(names)} repeat a tag name")
+    sides = [arrow_struct(t.output_type or "", f"{node.label} side output {t.name}") for t in tags]
+    layout = OutputLayout(
+        tuple(f.name for f in user),
+        tuple(names),
+        tuple(tuple(f.name for f in side) for side in sides),
+        ElementType.of(user, node.label, "output", defaulted=not node.output_type),
+        tuple(
+            ElementType.of(side, node.label, f"side output '{n}'")
+            for n, side in zip(names, sides, strict=True)
+        ),
+    )
+    schema = output_schema(combined, user, list(zip(names, sides, strict=True)))
+    spec = ProcessSpec(
+        node.label,
+        node.function,
+        mode,
+        combined.watermarked,
+        first.key_fields or (),
+        layout,
+        tuple(schema.fieldNames()),
+        topics=source_topics(node, ctx.sources),
+        bound_ms=event_time_bound(node) if combined.watermarked else None,
+        on_error=ctx.errors_for(node, first.positioned and second.positioned),
+    )
+    check_picklable(node.label, spec)
+    frame = transform(combined.frame, CoKeyedProcessor(spec), schema, SPARK_TIME_MODES[mode])
+    return finish_keyed(combined, frame, tags=tags)
+
+
+def _user_type(node: g.CoProcessNode, first: Stream, second: Stream) -> pa.StructType:
+    if node.output_type:
+        return arrow_struct(node.output_type, node.label)
+    one, two = input_struct(first), input_struct(second)
+    if one != two:
+        raise GraphError(
+            f"{node.label}: the connected inputs have different fields ({', '.join(first.fields)} vs "
+            f"{', '.join(second.fields)}): give process(..., output_type=...) the Spark DDL of the output"
+        )
+    return one
+
+
+def _combined(first: Stream, second: Stream) -> Stream:
+    """One frame carrying both inputs' rows (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    from ethereal_kafka.plan.operators.coprocess import FIRST, INPUT, SECOND
+
+    structs = [_element(first), _element(second)]
+    types = [_type_of(s.frame, e) for s, e in zip((first, second), structs, strict=True)]
+    frames = []
+    for index, stream in enumerate((first, second)):
+        elements = [structs[index] if i == index else F.lit(None).cast(types[i]) for i in range(len(structs))]
+        frames.append(
+            stream.frame.select(
+                F.lit(index + 1).alias(INPUT),
+                elements[0].alias(FIRST),
+                elements[1].alias(SECOND),
+                _hidden(stream, PART, "long"),
+                _hidden(stream, OFFSET, "long"),
+                _hidden(stream, TS, "timestamp"),
+                F.col(KEY),
+            )
+        )
+    frame = frames[0].unionByName(frames[1])
+    return Stream.of(
+        frame,
+        key_fields=first.key_fields,
+        watermarked=first.watermarked,
+        stateful=first.stateful or second.stateful,
+    )
+
+
+def _element(stream: Stream) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.struct(*[F.col(f"`{f}`") for f in stream.fields])
+
+
+def _type_of(frame: DataFrame, column: Column) -> DataType:
+    return frame.select(column.alias("e")).schema["e"].dataType
+
+
+def _hidden(stream: Stream, name: str, kind: str) -> Column:
+    from pyspark.sql import functions as F
+
+    if name in stream.frame.columns:
+        column = F.col(name)
+        return column if name == TS else column.cast(kind).alias(name)
+    return F.lit(None).cast(kind).alias(name)
