@@ -1,0 +1,99 @@
+"""DataStream pipelines of the connected-streams tests, importable by the job subprocess and its Python workers.
+Their plain-Python references live in `ref_connected`.
+
+Inputs: `events` (`{"id", "user", "amount", "ts"}`) and `limits` (`{"id", "user", "limit", "ts"}`, JSON), event
+time from `ts` with a 3 s out-of-orderness bound, both keyed by `user`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ethereal_kafka.api import (
+    CoMapFunction,
+    KeyedContext,
+    KeyedCoProcessFunction,
+    RuntimeContext,
+    StreamExecutionEnvironment,
+    ValueStateDescriptor,
+    WatermarkStrategy,
+)
+
+BOUND_MS = 3_000
+EVENT_DDL = "id long, user string, amount long, ts long"
+LIMIT_DDL = "id long, user string, limit long, ts long"
+OUT_DDL = "user string, id long, amount long, lim long, verdict string, n long"
+
+
+class LimitCheck(KeyedCoProcessFunction):
+    """Per user: a limit (input 2 sets it; 0 removes it) and the number of events seen; each event (input 1) is
+    `over` its user's limit or `ok`. Every element emits one record, carrying the running count: the output shows the
+    order in which the two inputs met."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.limit = runtime_context.get_state(ValueStateDescriptor("limit"))
+        self.seen = runtime_context.get_state(ValueStateDescriptor("seen"))
+
+    def process_element1(self, value: dict[str, Any], ctx: KeyedContext) -> Iterator[dict[str, Any]]:
+        n = (self.seen.value() or 0) + 1
+        self.seen.update(n)
+        limit = self.limit.value()
+        verdict = "over" if limit is not None and value["amount"] > limit else "ok"
+        yield {
+            "user": value["user"],
+            "id": value["id"],
+            "amount": value["amount"],
+            "lim": limit,
+            "verdict": verdict,
+            "n": n,
+        }
+
+    def process_element2(self, value: dict[str, Any], ctx: KeyedContext) -> Iterator[dict[str, Any]]:
+        if value["limit"] == 0:
+            self.limit.clear()
+            verdict = "clear"
+        else:
+            self.limit.update(value["limit"])
+            verdict = "set"
+        lim = value["limit"] or None
+        yield {
+            "user": value["user"],
+            "id": value["id"],
+            "amount": None,
+            "lim": lim,
+            "verdict": verdict,
+            "n": self.seen.value() or 0,
+        }
+
+
+def _streams(env: StreamExecutionEnvironment) -> tuple[Any, Any]:
+    def watermarked(name: str) -> Any:
+        return env.from_source(name).assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_bounded_out_of_orderness(BOUND_MS).with_timestamp_assigner("ts")
+        )
+
+    return watermarked("events"), watermarked("limits")
+
+
+def limit_check(env: StreamExecutionEnvironment) -> None:
+    """`LimitCheck` over events and limits connected by user."""
+    events, limits = _streams(env)
+    checked = events.key_by("user").connect(limits.key_by("user")).process(LimitCheck(), output_type=OUT_DDL)
+    checked.name("limit-check").sink_to("out")
+
+
+class Tagged(CoMapFunction):
+    """Both inputs as one stream of `(user, what)`."""
+
+    def map1(self, value: dict[str, Any]) -> dict[str, Any]:
+        return {"user": value["user"], "what": f"event {value['id']}"}
+
+    def map2(self, value: dict[str, Any]) -> dict[str, Any]:
+        return {"user": value["user"], "what": f"limit {value['limit']}"}
+
+
+def co_map(env: StreamExecutionEnvironment) -> None:
+    """`Tagged` over the two inputs connected (not keyed)."""
+    events, limits = env.from_source("events"), env.from_source("limits")
+    events.connect(limits).map(Tagged(), output_type="user string, what string").sink_to("out")
