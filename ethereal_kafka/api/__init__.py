@@ -11,20 +11,31 @@ def build(env: StreamExecutionEnvironment) -> None:
         .sink_to("counts"))
 """
 
-from ethereal_kafka.api.datastream import ConnectedStreams, DataStream, KeyedStream, WindowedStream
+from ethereal_kafka.api.datastream import (
+    BroadcastConnectedStream,
+    BroadcastStream,
+    ConnectedStreams,
+    DataStream,
+    KeyedStream,
+    WindowedStream,
+)
 from ethereal_kafka.api.environment import StreamExecutionEnvironment
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.functions import (
     AggregateFunction,
+    BroadcastContext,
+    BroadcastProcessFunction,
     CoFlatMapFunction,
     CoMapFunction,
     FilterFunction,
     FlatMapFunction,
+    KeyedBroadcastProcessFunction,
     KeyedContext,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     MapFunction,
     ProcessWindowFunction,
+    ReadOnlyBroadcastContext,
     ReduceFunction,
     RuntimeContext,
     TimerService,
@@ -63,6 +74,10 @@ __all__ = [
     "AggregateFunction",
     "AggregatingState",
     "AggregatingStateDescriptor",
+    "BroadcastConnectedStream",
+    "BroadcastContext",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
     "CoFlatMapFunction",
     "CoMapFunction",
     "ConnectedStreams",
@@ -77,6 +92,7 @@ __all__ = [
     "FlatMapFunction",
     "GlobalWindows",
     "GraphError",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedContext",
     "KeyedProcessFunction",
@@ -89,6 +105,7 @@ __all__ = [
     "OutputTag",
     "ProcessWindowFunction",
     "PurgingTrigger",
+    "ReadOnlyBroadcastContext",
     "ReduceFunction",
     "RuntimeContext",
     "SlidingEventTimeWindows",

@@ -10,10 +10,11 @@ runs per record in Python on the executors. Both are deterministic as long as th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar, overload
 
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
+from ethereal_kafka.api.state import MapStateDescriptor
 from ethereal_kafka.api.tags import OutputTag
 from ethereal_kafka.api.time import Duration, as_duration
 from ethereal_kafka.api.watermarks import WatermarkStrategy
@@ -194,14 +195,45 @@ class DataStream:
             attrs["key"] = _fields(key)[0]
         return self._then(g.LookupJoinNode, **attrs)
 
-    def connect(self, other: DataStream) -> ConnectedStreams:
+    def broadcast(self, *descriptors: MapStateDescriptor) -> BroadcastStream:
+        """Broadcast this stream (Flink's `broadcast(descriptor)`): connected to another stream
+        (`events.key_by(k).connect(rules.broadcast(d))`), every element of it reaches every parallel instance, and
+        `process_broadcast_element` keeps the broadcast state `descriptors` name (maps, the same everywhere).
+
+        Raises:
+            GraphError: no descriptor, a descriptor that is not a `MapStateDescriptor`, or a name twice.
+        """
+        if not descriptors:
+            raise GraphError("broadcast needs at least one MapStateDescriptor (the broadcast state)")
+        for descriptor in descriptors:
+            if not isinstance(descriptor, MapStateDescriptor):
+                raise GraphError(f"broadcast state is described by MapStateDescriptors, got {descriptor!r}")
+        names = [d.name for d in descriptors]
+        if len(set(names)) != len(names):
+            raise GraphError(f"broadcast state names repeat: {', '.join(names)}")
+        node = self.env.add(g.BroadcastNode, (self.node,), descriptors=tuple(descriptors))
+        return BroadcastStream(self.env, node)
+
+    @overload
+    def connect(self, other: BroadcastStream) -> BroadcastConnectedStream: ...
+
+    @overload
+    def connect(self, other: DataStream) -> ConnectedStreams: ...
+
+    def connect(self, other: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStream:
         """Connect with `other` (Flink's `connect`): two streams, possibly of different types, processed by one
         function with a method per input — `map`/`flat_map` with a `CoMapFunction`/`CoFlatMapFunction`, or, when
         both are keyed alike, `process` with a `KeyedCoProcessFunction` whose state and timers both inputs share.
+        With a `BroadcastStream` (`rules.broadcast(descriptor)`): `process` with a `KeyedBroadcastProcessFunction`
+        (this stream keyed) or a `BroadcastProcessFunction`.
 
         Raises:
             GraphError: `other` is not a stream of the same job.
         """
+        if isinstance(other, BroadcastStream):
+            if other.env is not self.env:
+                raise GraphError("connect: both streams must belong to the same job (environment)")
+            return BroadcastConnectedStream(self, other)
         if not isinstance(other, DataStream):
             raise GraphError(f"connect takes another stream, got {other!r}")
         if other.env is not self.env:
@@ -534,5 +566,60 @@ class ConnectedStreams:
             output_type=output_type,
             side_outputs=tags,
             time_mode=time_mode,
+        )
+        return DataStream(env, node)
+
+
+class BroadcastStream:
+    """A stream broadcast with its broadcast state (`stream.broadcast(descriptor)`): connect a stream to it."""
+
+    def __init__(self, env: GraphOwner, node: g.BroadcastNode) -> None:
+        self.env = env
+        self.node = node
+
+
+class BroadcastConnectedStream:
+    """A stream connected with a broadcast stream: `process` it with a `KeyedBroadcastProcessFunction` (the stream
+    keyed) or a `BroadcastProcessFunction`.
+
+    Order: per epoch, each parallel instance meets the broadcast input's elements and its share of the other
+    input's in the connected order (event time, then the non-broadcast input first, then partition and offset), so
+    the broadcast state an element reads is a function of the offsets — the same on every instance and replay.
+    """
+
+    def __init__(self, stream: DataStream, broadcast: BroadcastStream) -> None:
+        self.stream, self.broadcast = stream, broadcast
+
+    def process(
+        self, function: Any, output_type: str | None = None, side_outputs: Iterable[OutputTag] = ()
+    ) -> DataStream:
+        """Run the function (see the class docstring).
+
+        Args:
+            output_type: Spark DDL of the main output (default: the non-broadcast input's type).
+            side_outputs: Every tag the function emits to (read them with `get_side_output`).
+
+        Raises:
+            GraphError: the function lacks `process_element`/`process_broadcast_element`, or a side output has
+                no type.
+        """
+        for method in ("process_element", "process_broadcast_element"):
+            if not callable(getattr(function, method, None)):
+                raise GraphError(
+                    "process on a broadcast-connected stream takes a KeyedBroadcastProcessFunction or a "
+                    f"BroadcastProcessFunction (no {method})"
+                )
+        tags = tuple(side_outputs)
+        for tag in tags:
+            if tag.output_type is None:
+                raise GraphError(f"side output {tag.name!r} of a process function needs an output_type")
+        env = self.stream.env
+        node = env.add(
+            g.BroadcastProcessNode,
+            (self.stream.node, self.broadcast.node),
+            function=function,
+            output_type=output_type,
+            side_outputs=tags,
+            keyed=isinstance(self.stream, KeyedStream),
         )
         return DataStream(env, node)

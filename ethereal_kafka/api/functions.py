@@ -222,3 +222,77 @@ class KeyedCoProcessFunction(ABC):
     def on_timer(self, timestamp: int, ctx: KeyedContext) -> Iterable[Element] | None:
         """Handle a timer registered for the current key (by either input)."""
         return None
+
+
+class ReadOnlyBroadcastContext(KeyedContext):
+    """The context handed to `process_element` of a broadcast process function: the element's time, timers are
+    not offered (see `docs/operators-keyed.md`), side outputs, and the broadcast state read-only."""
+
+    def get_broadcast_state(self, descriptor: MapStateDescriptor) -> MapState:
+        """The broadcast state `descriptor` names, as of this element (reads only: a write raises
+        `BroadcastStateError`)."""
+        raise NotImplementedError
+
+
+class BroadcastContext:
+    """The context handed to `process_broadcast_element`: the broadcast state (writable), every key's keyed state
+    (`apply_to_keyed_state`), the element's time and side outputs."""
+
+    def get_broadcast_state(self, descriptor: MapStateDescriptor) -> MapState:
+        """The broadcast state `descriptor` names (one of those given to `broadcast(...)`)."""
+        raise NotImplementedError
+
+    def apply_to_keyed_state(self, descriptor: Any, function: Any) -> None:
+        """Call `function(key, state)` for every key that has been seen, with its state `descriptor` names
+        (declared in `open`), in a deterministic order (keyed broadcast functions only)."""
+        raise NotImplementedError
+
+    def timestamp(self) -> int | None:
+        """The broadcast element's event time (epoch ms), or None."""
+        raise NotImplementedError
+
+    def current_watermark(self) -> int:
+        """The watermark of the current epoch."""
+        raise NotImplementedError
+
+    def output(self, tag: OutputTag, value: Element) -> None:
+        """Emit `value` to the side output `tag`."""
+        raise NotImplementedError
+
+
+class KeyedBroadcastProcessFunction(ABC):
+    """A keyed stream connected with a broadcast stream (Flink's KeyedBroadcastProcessFunction): every key sees the
+    same broadcast state, which only `process_broadcast_element` changes; `process_element` reads it and has keyed
+    state.
+
+    Lifecycle: `open(runtime_context)` once per executor-side instance (declare keyed state there); then, per
+    epoch, the elements of both inputs in the connected order (event time, then the keyed input before the
+    broadcast one, then partition and offset): `process_element` for a keyed element, `process_broadcast_element`
+    for a broadcast element — which, with every element of the broadcast input, sees and updates the same
+    broadcast state. What `process_broadcast_element` yields is emitted once (not once per parallel instance as in
+    Flink).
+    """
+
+    def open(self, runtime_context: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Declare keyed state here."""
+
+    @abstractmethod
+    def process_element(self, value: Element, ctx: ReadOnlyBroadcastContext) -> Iterable[Element] | None:
+        """Handle one element of the keyed input."""
+
+    @abstractmethod
+    def process_broadcast_element(self, value: Element, ctx: BroadcastContext) -> Iterable[Element] | None:
+        """Handle one element of the broadcast input."""
+
+
+class BroadcastProcessFunction(ABC):
+    """A (non-keyed) stream connected with a broadcast stream (Flink's BroadcastProcessFunction): as
+    `KeyedBroadcastProcessFunction` without keyed state (`ctx.get_current_key()` is None)."""
+
+    @abstractmethod
+    def process_element(self, value: Element, ctx: ReadOnlyBroadcastContext) -> Iterable[Element] | None:
+        """Handle one element of the non-broadcast input."""
+
+    @abstractmethod
+    def process_broadcast_element(self, value: Element, ctx: BroadcastContext) -> Iterable[Element] | None:
+        """Handle one element of the broadcast input."""

@@ -229,6 +229,36 @@ class CoProcessNode(ProcessNode):
 
 
 @dataclass(frozen=True, eq=False)
+class BroadcastNode(Node):
+    """A stream broadcast to every parallel instance of the operator it is connected to (`stream.broadcast(...)`),
+    with the broadcast state it carries: only a `BroadcastProcessNode` reads it.
+
+    Attributes:
+        descriptors: The `MapStateDescriptor`s of the broadcast state (by name).
+    """
+
+    descriptors: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class BroadcastProcessNode(Node):
+    """A `KeyedBroadcastProcessFunction` (keyed input) or `BroadcastProcessFunction` on a stream connected with a
+    broadcast stream: `inputs = (stream, broadcast)`, the second a `BroadcastNode`.
+
+    Attributes:
+        function: The user's function.
+        output_type: Spark DDL of the main output's elements (default: the first input's type).
+        side_outputs: Tags the function may emit to (each with its `output_type`).
+        keyed: The first input is keyed (keyed state and `apply_to_keyed_state`).
+    """
+
+    function: Any = None
+    output_type: str | None = None
+    side_outputs: tuple[OutputTag, ...] = ()
+    keyed: bool = False
+
+
+@dataclass(frozen=True, eq=False)
 class SideOutputNode(Node):
     """The elements an operator emitted to `tag` (its input is that operator)."""
 

@@ -128,9 +128,10 @@ def _combined(first: Stream, second: Stream) -> Stream:
 
     from ethereal_kafka.plan.operators.coprocess import FIRST, INPUT, SECOND
 
-    structs = [_element(first), _element(second)]
-    types = [_type_of(s.frame, e) for s, e in zip((first, second), structs, strict=True)]
+    structs = [element_struct(first), element_struct(second)]
+    types = [type_of(s.frame, e) for s, e in zip((first, second), structs, strict=True)]
     frames = []
+    event_time = first.event_time and second.event_time
     for index, stream in enumerate((first, second)):
         elements = [structs[index] if i == index else F.lit(None).cast(types[i]) for i in range(len(structs))]
         frames.append(
@@ -138,9 +139,9 @@ def _combined(first: Stream, second: Stream) -> Stream:
                 F.lit(index + 1).alias(INPUT),
                 elements[0].alias(FIRST),
                 elements[1].alias(SECOND),
-                _hidden(stream, PART, "long"),
-                _hidden(stream, OFFSET, "long"),
-                _hidden(stream, TS, "timestamp"),
+                hidden_column(stream, PART, "long"),
+                hidden_column(stream, OFFSET, "long"),
+                *([hidden_column(stream, TS, "timestamp")] if event_time else []),
                 F.col(KEY),
             )
         )
@@ -153,17 +154,20 @@ def _combined(first: Stream, second: Stream) -> Stream:
     )
 
 
-def _element(stream: Stream) -> Column:
+def element_struct(stream: Stream) -> Column:
+    """A stream's user fields as one struct column."""
     from pyspark.sql import functions as F
 
     return F.struct(*[F.col(f"`{f}`") for f in stream.fields])
 
 
-def _type_of(frame: DataFrame, column: Column) -> DataType:
+def type_of(frame: DataFrame, column: Column) -> DataType:
+    """The Spark type of `column` over `frame`."""
     return frame.select(column.alias("e")).schema["e"].dataType
 
 
-def _hidden(stream: Stream, name: str, kind: str) -> Column:
+def hidden_column(stream: Stream, name: str, kind: str) -> Column:
+    """Hidden column `name` of `stream` as type `kind` (`__ts` as it is, keeping its watermark), or a null."""
     from pyspark.sql import functions as F
 
     if name in stream.frame.columns:

@@ -66,20 +66,23 @@ def event_time_bound(node: g.Node) -> int | None:
 
 
 def input_struct(stream: Stream) -> pa.StructType:
+    """A stream's user fields as an Arrow struct."""
     arrow = arrow_of(stream.frame.schema)
     return pa.struct([arrow.field(f) for f in stream.fields])
 
 
-def output_schema(stream: Stream, user: pa.StructType, sides: list[tuple[str, pa.StructType]]) -> StructType:
-    """Spark schema of an operator's rows: user fields, `__ts`, `__key`, then `__tag` and one struct per side output
-    (`sides`: tag name and fields)."""
+def output_schema(
+    stream: Stream, user: pa.StructType, sides: list[tuple[str, pa.StructType]], key_type: Any = None
+) -> StructType:
+    """Spark schema of an operator's rows: user fields, `__ts`, `__key` (of `key_type`, default `stream`'s key
+    type), then `__tag` and one struct per side output (`sides`: tag name and fields)."""
     from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
     from ethereal_kafka.plan.schema import spark_struct
 
     fields = list(spark_struct(user).fields)
     fields.append(StructField(TS, TimestampType(), True))
-    fields.append(StructField(KEY, stream.frame.schema[KEY].dataType, True))
+    fields.append(StructField(KEY, key_type or stream.frame.schema[KEY].dataType, True))
     if sides:
         fields.append(StructField(TAG, StringType(), True))
     for name, side in sides:
@@ -88,6 +91,7 @@ def output_schema(stream: Stream, user: pa.StructType, sides: list[tuple[str, pa
 
 
 def check_picklable(label: str, spec: Any) -> None:
+    """Raise `GraphError` naming `label` when `spec` cannot be pickled for the executors."""
     from pyspark import cloudpickle
 
     try:
@@ -100,6 +104,8 @@ def check_picklable(label: str, spec: Any) -> None:
 
 
 def finish_keyed(stream: Stream, frame: Any, **changes: Any) -> Stream:
+    """The stream of a keyed framework operator's `frame` (shaped like `stream`; `__ts` dropped without event
+    time)."""
     if not stream.event_time:
         frame = frame.drop(TS)
     return Stream.of(

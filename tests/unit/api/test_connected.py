@@ -8,13 +8,18 @@ from typing import Any
 import pytest
 
 from ethereal_kafka.api import (
+    BroadcastConnectedStream,
+    BroadcastStream,
     CoFlatMapFunction,
     CoMapFunction,
     GraphError,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
+    MapStateDescriptor,
     OutputTag,
     StreamExecutionEnvironment,
+    ValueStateDescriptor,
 )
 from ethereal_kafka.api import graph as g
 
@@ -90,3 +95,41 @@ def test_connected_process_refuses_unkeyed_inputs_wrong_functions_and_other_jobs
         a.connect(StreamExecutionEnvironment().from_source("b"))
     with pytest.raises(GraphError, match="another stream"):
         a.connect("b")  # type: ignore[arg-type]
+
+
+class Rules(KeyedBroadcastProcessFunction):
+    def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
+        yield value
+
+    def process_broadcast_element(self, value: dict[str, Any], ctx: Any) -> Any:
+        return None
+
+
+def test_broadcast_connect_is_one_node_reading_the_stream_and_the_broadcast() -> None:
+    env = StreamExecutionEnvironment()
+    rules_state = MapStateDescriptor("rules")
+    broadcast = env.from_source("rules").broadcast(rules_state)
+    assert isinstance(broadcast, BroadcastStream) and broadcast.node.descriptors == (rules_state,)
+    keyed = env.from_source("events").key_by("user")
+    out = keyed.connect(broadcast).process(Rules())
+    node = out.node
+    assert isinstance(node, g.BroadcastProcessNode) and node.keyed
+    assert node.inputs == (keyed.node, broadcast.node)
+    plain = env.from_source("events").connect(broadcast)
+    assert isinstance(plain, BroadcastConnectedStream)
+    assert not plain.process(Rules()).node.keyed  # type: ignore[attr-defined]
+
+
+def test_broadcast_refuses_missing_or_wrong_descriptors_and_functions() -> None:
+    env = StreamExecutionEnvironment()
+    rules = env.from_source("rules")
+    with pytest.raises(GraphError, match="needs at least one MapStateDescriptor"):
+        rules.broadcast()
+    with pytest.raises(GraphError, match="described by MapStateDescriptors"):
+        rules.broadcast(ValueStateDescriptor("x"))  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match="names repeat: a, a"):
+        rules.broadcast(MapStateDescriptor("a"), MapStateDescriptor("a"))
+    with pytest.raises(GraphError, match=r"takes a KeyedBroadcastProcessFunction or a BroadcastProcessFunction \(no process_element\)"):
+        env.from_source("e").key_by("u").connect(rules.broadcast(MapStateDescriptor("a"))).process(Shared())
+    with pytest.raises(GraphError, match="same job"):
+        StreamExecutionEnvironment().from_source("e").connect(rules.broadcast(MapStateDescriptor("a")))

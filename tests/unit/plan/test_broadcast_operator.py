@@ -1,0 +1,204 @@
+"""The broadcast operator driven the way Spark drives it, over an in-memory state server: every bucket folds the
+same broadcast elements, in the connected order, into its own copy of the broadcast state; `process_element`
+reads it and may not write it; `apply_to_keyed_state` visits every key a bucket has seen."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+import pytest
+from pyspark.sql import Row
+
+from ethereal_kafka.api import (
+    BroadcastProcessFunction,
+    KeyedBroadcastProcessFunction,
+    MapStateDescriptor,
+    RuntimeContext,
+    ValueStateDescriptor,
+)
+from ethereal_kafka.plan.operators.base import OutputLayout
+from ethereal_kafka.plan.operators.broadcast import BroadcastProcessor, BroadcastSpec, BroadcastStateError
+from tests.unit.plan.fake_spark_state import FakeHandle, FakeStore, run_epoch
+
+RULES = MapStateDescriptor("rules")
+COUNT = ValueStateDescriptor("count")
+COLUMNS = ("user", "what", "__ts", "__key")
+BUCKETS = 3
+
+
+def _stamp(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+def _event(user: str, ts: int, offset: int, amount: int, bucket: int) -> Row:
+    return Row(
+        __input=1,
+        __in1=Row(user=user, amount=amount),
+        __in2=None,
+        __part=0,
+        __off=offset,
+        __ts=_stamp(ts),
+        __key=bucket,
+        __ukey=user,
+    )
+
+
+def _rule(ts: int, offset: int, op: str, limit: int = 0) -> list[Row]:
+    """One broadcast element, replicated to every bucket (as the compiler does)."""
+    return [
+        Row(
+            __input=2,
+            __in1=None,
+            __in2=Row(op=op, max=limit),
+            __part=0,
+            __off=offset,
+            __ts=_stamp(ts),
+            __key=bucket,
+            __ukey=None,
+        )
+        for bucket in range(BUCKETS)
+    ]
+
+
+class Detector(KeyedBroadcastProcessFunction):
+    """Counts a user's events; an event over the rule's `max` is an alert; rule `reset` clears every count."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.count = runtime_context.get_state(COUNT)
+
+    def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        limit = ctx.get_broadcast_state(RULES).get("max")
+        verdict = "alert" if limit is not None and value["amount"] > limit else "ok"
+        yield {"user": ctx.get_current_key(), "what": f"{verdict} n={n}"}
+
+    def process_broadcast_element(self, value: dict[str, Any], ctx: Any) -> Any:
+        if value["op"] == "set":
+            ctx.get_broadcast_state(RULES).put("max", value["max"])
+        elif value["op"] == "remove":
+            ctx.get_broadcast_state(RULES).remove("max")
+        else:
+            ctx.apply_to_keyed_state(COUNT, lambda key, state: state.clear())
+        yield {"user": None, "what": f"rule {value['op']} {value['max']}"}
+
+
+def _processor(function: Any, keyed: bool = True) -> tuple[BroadcastProcessor, FakeStore]:
+    fields = ("user",) if keyed else ()
+    spec = BroadcastSpec(
+        "broadcast#4", function, keyed, ("rules",), fields, OutputLayout(("user", "what")), COLUMNS
+    )
+    store = FakeStore()
+    processor = BroadcastProcessor(spec)
+    processor.init(FakeHandle(store))
+    return processor, store
+
+
+def _whats(rows: list[dict[str, Any]]) -> list[tuple[Any, str]]:
+    return [(r["user"], r["what"]) for r in rows]
+
+
+def test_a_rule_decides_from_the_next_element_on_in_every_bucket_and_broadcast_output_is_emitted_once() -> (
+    None
+):
+    processor, store = _processor(Detector())
+    rows = [
+        *_rule(10, 0, "set", 50),
+        _event("a", 20, 0, 60, bucket=0),
+        _event("b", 20, 1, 60, bucket=1),
+        *_rule(30, 1, "set", 100),
+        _event("a", 40, 2, 60, bucket=0),
+        _event("b", 40, 3, 60, bucket=1),
+    ]
+    out = _whats(run_epoch(processor, store, rows, 0, 1))
+    assert sorted(w for u, w in out if u == "a") == ["alert n=1", "ok n=2"]
+    assert sorted(w for u, w in out if u == "b") == ["alert n=1", "ok n=2"], "bucket 1 keeps the same rules"
+    assert sorted(w for u, w in out if u is None) == ["rule set 100", "rule set 50"], (
+        "once, not once per bucket"
+    )
+    # The next epoch starts from the stored broadcast state (every bucket's copy), then a removal.
+    epoch = [_event("b", 50, 4, 200, bucket=1), _event("c", 55, 5, 200, bucket=2), *_rule(60, 2, "remove")]
+    epoch.append(_event("c", 70, 6, 200, bucket=2))
+    out = _whats(run_epoch(processor, store, epoch, 0, 2))
+    assert ("b", "alert n=3") in out and ("c", "alert n=1") in out, "bucket 2 saw the rules of epoch 1 too"
+    assert ("c", "ok n=2") in out, "removed from the next element on"
+
+
+def test_a_replayed_epoch_starts_from_the_state_as_of_its_start_and_gives_the_same_output() -> None:
+    processor, store = _processor(Detector())
+    run_epoch(processor, store, [*_rule(10, 0, "set", 50), _event("a", 20, 0, 60, bucket=0)], 0, 1)
+    before = copy.deepcopy(store)
+    epoch = [_event("a", 35, 1, 70, bucket=0), *_rule(30, 1, "set", 80), _event("c", 40, 2, 90, bucket=2)]
+    first = run_epoch(processor, store, epoch, 0, 2)
+    replay_processor, _ = _processor(Detector())
+    replay_processor.init(FakeHandle(before))
+    again = run_epoch(replay_processor, before, list(reversed(epoch)), 0, 2)
+    assert sorted(_whats(first), key=repr) == sorted(_whats(again), key=repr)
+    assert ("a", "ok n=2") in _whats(first), "the rule at 30 came before the element at 35"
+
+
+def test_apply_to_keyed_state_visits_every_key_a_bucket_has_seen() -> None:
+    processor, store = _processor(Detector())
+    run_epoch(
+        processor, store, [_event("a", 1, 0, 1, 0), _event("b", 2, 1, 1, 0), _event("c", 3, 2, 1, 1)], 0, 1
+    )
+    run_epoch(processor, store, _rule(10, 0, "reset"), 0, 2)  # no keyed element in this epoch
+    out = _whats(run_epoch(processor, store, [_event("a", 20, 3, 1, 0), _event("c", 21, 4, 1, 1)], 0, 3))
+    assert sorted(out) == [("a", "ok n=1"), ("c", "ok n=1")]
+
+
+def test_writing_broadcast_state_in_process_element_fails_naming_the_operator() -> None:
+    class Writer(Detector):
+        def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
+            ctx.get_broadcast_state(RULES).put("max", 1)
+
+    processor, store = _processor(Writer())
+    with pytest.raises(
+        BroadcastStateError, match=r"^broadcast#4: process_element wrote broadcast state 'rules'"
+    ):
+        run_epoch(processor, store, [_event("a", 1, 0, 1, 0)], 0, 1)
+
+
+def test_unknown_broadcast_state_timers_and_keyed_state_without_keys_are_refused() -> None:
+    class Unknown(Detector):
+        def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
+            ctx.get_broadcast_state(MapStateDescriptor("other"))
+
+    processor, store = _processor(Unknown())
+    with pytest.raises(BroadcastStateError, match="no broadcast state 'other'"):
+        run_epoch(processor, store, [_event("a", 1, 0, 1, 0)], 0, 1)
+
+    class Timer(Detector):
+        def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
+            ctx.timer_service()
+
+    processor, store = _processor(Timer())
+    with pytest.raises(BroadcastStateError, match="timers are not offered"):
+        run_epoch(processor, store, [_event("a", 1, 0, 1, 0)], 0, 1)
+
+    class Plain(BroadcastProcessFunction):
+        def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
+            yield {"user": value["user"], "what": str(ctx.get_broadcast_state(RULES).get("max"))}
+
+        def process_broadcast_element(self, value: dict[str, Any], ctx: Any) -> Any:
+            ctx.apply_to_keyed_state(COUNT, lambda key, state: None)
+
+    processor, store = _processor(Plain(), keyed=False)
+    assert _whats(run_epoch(processor, store, [_event("a", 1, 0, 1, 0)], 0, 1)) == [("a", "None")]
+    with pytest.raises(BroadcastStateError, match="apply_to_keyed_state needs keyed state"):
+        run_epoch(processor, store, _rule(5, 0, "reset"), 0, 2)
+
+
+def test_an_output_of_the_wrong_type_fails_in_one_line_naming_the_operator() -> None:
+    class Wrong(Detector):
+        def process_broadcast_element(self, value: dict[str, Any], ctx: Any) -> Any:
+            yield {"rule": 1}
+
+    processor, store = _processor(Wrong())
+    with pytest.raises(
+        Exception, match=r"^broadcast#4: the element yielded for broadcast element from partition 0"
+    ) as failure:
+        run_epoch(processor, store, _rule(5, 0, "set", 1), 0, 1)
+    assert "\n" not in str(failure.value)
