@@ -129,7 +129,10 @@ def test_broadcast_refuses_missing_or_wrong_descriptors_and_functions() -> None:
         rules.broadcast(ValueStateDescriptor("x"))  # type: ignore[arg-type]
     with pytest.raises(GraphError, match="names repeat: a, a"):
         rules.broadcast(MapStateDescriptor("a"), MapStateDescriptor("a"))
-    with pytest.raises(GraphError, match=r"takes a KeyedBroadcastProcessFunction or a BroadcastProcessFunction \(no process_element\)"):
+    with pytest.raises(
+        GraphError,
+        match=r"takes a KeyedBroadcastProcessFunction or a BroadcastProcessFunction \(no process_element\)",
+    ):
         env.from_source("e").key_by("u").connect(rules.broadcast(MapStateDescriptor("a"))).process(Shared())
     with pytest.raises(GraphError, match="same job"):
         StreamExecutionEnvironment().from_source("e").connect(rules.broadcast(MapStateDescriptor("a")))
