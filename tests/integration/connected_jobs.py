@@ -83,6 +83,30 @@ def limit_check(env: StreamExecutionEnvironment) -> None:
     checked.name("limit-check").sink_to("out")
 
 
+#: Limit records as the example's rules: rule `r<user>`, kind `total` (threshold x 20) for every 7th id, `reset`
+#: for every 11th, else `amount`; a zero limit removes the rule.
+RULE_COLUMNS = (
+    "concat('r', user) AS rule",
+    "CASE WHEN id % 11 = 10 THEN 'reset' WHEN id % 7 = 6 THEN 'total' ELSE 'amount' END AS kind",
+    "CASE WHEN `limit` = 0 THEN NULL WHEN id % 7 = 6 THEN CAST(`limit` * 20 AS DOUBLE) "
+    "ELSE CAST(`limit` AS DOUBLE) END AS threshold",
+    "ts",
+)
+
+
+def limits_and_rules(env: StreamExecutionEnvironment) -> None:
+    """Two queries over the same inputs: `LimitCheck` (connected keyed streams) to `out`, and the fraud-rules
+    example's `RuleDetector` (broadcast state), with the limits as rules, to `alerts`."""
+    from ethereal_kafka.examples.fraud_rules import ALERT_DDL, RULES, RuleDetector
+
+    limit_check(env)
+    events, limits = _streams(env)
+    transactions = events.select("id AS tx_id", "user AS card", "CAST(amount AS DOUBLE) AS amount", "ts")
+    rules = limits.select(*RULE_COLUMNS).broadcast(RULES)
+    alerts = transactions.key_by("card").connect(rules).process(RuleDetector(), output_type=ALERT_DDL)
+    alerts.name("rule-detector").sink_to("alerts")
+
+
 class Tagged(CoMapFunction):
     """Both inputs as one stream of `(user, what)`."""
 

@@ -4,6 +4,7 @@ offset)."""
 
 from __future__ import annotations
 
+import pickle
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -123,4 +124,50 @@ def limit_check(events: list[list[Record]], limits: list[list[Record]]) -> list[
                     verdict = "set"
                 row = {"user": r.user, "id": r.id, "amount": None, "lim": r.limit or None, "verdict": verdict}
                 out.append({**row, "n": seen.get(r.user, 0)})
+    return out
+
+
+def _as_rule(r: Record) -> tuple[str, str, float | None]:
+    """`connected_jobs.RULE_COLUMNS` of a limit record: (rule, kind, threshold)."""
+    assert r.limit is not None
+    kind = "reset" if r.id % 11 == 10 else "total" if r.id % 7 == 6 else "amount"
+    threshold = None if r.limit == 0 else float(r.limit * 20 if r.id % 7 == 6 else r.limit)
+    return f"r{r.user}", kind, threshold
+
+
+def rule_alerts(events: list[list[Record]], limits: list[list[Record]]) -> list[dict[str, Any]]:
+    """`examples.fraud_rules.RuleDetector`'s alerts over events and limits-as-rules, epoch by epoch."""
+    rules: dict[str, dict[str, Any]] = {}
+    totals: dict[str, float] = {}
+    out: list[dict[str, Any]] = []
+    for epoch_events, epoch_limits in zip(events, limits, strict=True):
+        rows = [(r.ts, 1, r.partition, r.offset, r) for r in epoch_events]
+        rows += [(r.ts, 2, r.partition, r.offset, r) for r in epoch_limits]
+        for _, _, _, _, r in sorted(rows, key=lambda x: x[:4]):
+            if r.limit is not None:
+                name, kind, threshold = _as_rule(r)
+                if kind == "reset":
+                    totals.clear()
+                elif threshold is None:
+                    rules.pop(name, None)
+                else:
+                    rules[name] = {"kind": kind, "threshold": threshold}
+                continue
+            amount = float(r.amount or 0)
+            totals[r.user] = totals.get(r.user, 0.0) + amount
+            for name in sorted(rules, key=lambda n: pickle.dumps(n, protocol=5)):
+                rule = rules[name]
+                seen = amount if rule["kind"] == "amount" else totals[r.user]
+                if seen > rule["threshold"]:
+                    out.append(
+                        {
+                            "card": r.user,
+                            "tx_id": r.id,
+                            "rule": name,
+                            "kind": rule["kind"],
+                            "threshold": rule["threshold"],
+                            "value": round(seen, 2),
+                            "ts": r.ts,
+                        }
+                    )
     return out

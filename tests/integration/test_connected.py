@@ -1,11 +1,15 @@
-"""Connected streams end to end on the real broker: a `KeyedCoProcessFunction` whose two inputs (events, limit
-changes) share a user's state, checked against a plain-Python reference (`ref_connected`) fed with the epochs Spark
-logged — through a restart and through SIGKILLs — and a `CoMapFunction` on unkeyed connected streams."""
+"""Connected streams and broadcast state end to end on the real broker. One job, two queries over the same inputs
+(events, and limit changes that are also fraud rules): a `KeyedCoProcessFunction` whose two keyed inputs share a
+user's state (`out`), and the fraud-rules example's `KeyedBroadcastProcessFunction` with the limits broadcast as
+rules (`alerts`). Each output is checked against a plain-Python reference (`ref_connected`) fed with the epochs
+Spark logged — through a restart and through SIGKILLs — and, with fixed epochs, against a run without kills byte
+for byte. Plus a `CoMapFunction` on unkeyed connected streams."""
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,99 +24,118 @@ from tests.integration.ref_keyed import committed_epochs, dumps
 
 SINK = "value.format=json\nkey.format=string\n"
 KILLS = 4
+Reference = Callable[[list[list[ref.Record]], list[list[ref.Record]]], list[dict[str, Any]]]
+#: Each output: its sink, its reference, and the field that holds its key.
+OUTPUTS: tuple[tuple[str, Reference, str], ...] = (
+    ("out", ref.limit_check, "user"),
+    ("alerts", ref.rule_alerts, "card"),
+)
 
 
 def _job(
-    folder: Path,
-    bootstrap: str,
-    pipeline: str,
-    events: str,
-    limits: str,
-    out: str,
-    max_records: int,
-    extra: str = "",
+    folder: Path, bootstrap: str, pipeline: str, topics: dict[str, str], max_records: int, extra: str = ""
 ) -> ApiJob:
+    sinks = {name: (topics[name], SINK) for name in ("out", "alerts") if name in topics}
     return write_api_job(
         folder,
         bootstrap,
         f"tests.integration.connected_jobs:{pipeline}",
         {
-            "events": (events, f"value.format=json\nvalue.schema={EVENT_DDL}\n"),
-            "limits": (limits, f"value.format=json\nvalue.schema={LIMIT_DDL}\n"),
+            "events": (topics["events"], f"value.format=json\nvalue.schema={EVENT_DDL}\n"),
+            "limits": (topics["limits"], f"value.format=json\nvalue.schema={LIMIT_DDL}\n"),
         },
-        {"out": (out, SINK)},
+        sinks,
         max_records=max_records,
         extra_job=extra,
     )
 
 
-def _expected(
-    job: ApiJob, events: list[ref.Record], limits: list[ref.Record], topics: tuple[str, str]
+def _topics(topic_factory: TopicFactory) -> dict[str, str]:
+    return {
+        "events": topic_factory(partitions=2),
+        "limits": topic_factory(partitions=1),
+        "out": topic_factory(partitions=2),
+        "alerts": topic_factory(partitions=2),
+    }
+
+
+def _split(
+    job: ApiJob, sink: str, records: tuple[list[ref.Record], list[ref.Record]], topics: dict[str, str]
 ) -> Any:
-    epochs = committed_epochs(job.checkpoint / "out")
-    return ref.limit_check(ref.split(events, epochs, topics[0]), ref.split(limits, epochs, topics[1])), epochs
+    epochs = committed_epochs(job.checkpoint / sink)
+    return (
+        ref.split(records[0], epochs, topics["events"]),
+        ref.split(records[1], epochs, topics["limits"]),
+        epochs,
+    )
 
 
-def _per_user(records: list[dict[str, Any]]) -> dict[str, list[str]]:
+def _per_key(records: list[dict[str, Any]], field: str) -> dict[str, list[str]]:
+    """Each key's records in order: a key's records go to one partition, in the order the operator emitted them."""
     out: dict[str, list[str]] = defaultdict(list)
     for record in records:
-        out[record["user"]].append(dumps(record))
+        out[record[field]].append(dumps(record))
     return dict(out)
 
 
-def test_a_limit_change_decides_from_the_next_record_on_and_state_survives_a_restart(
+def test_rule_and_limit_changes_decide_from_the_next_record_on_and_state_survives_a_restart(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
 ) -> None:
     bs = kafka_cluster.bootstrap
     events, limits = ref.make_inputs(seed=3, events=240, limits=30, users=5, start=base_ts())
-    events_topic, limits_topic, out = (
-        topic_factory(partitions=2),
-        topic_factory(partitions=1),
-        topic_factory(partitions=2),
-    )
-    job = _job(tmp_path, bs, "limit_check", events_topic, limits_topic, out, max_records=60)
+    topics = _topics(topic_factory)
+    job = _job(tmp_path, bs, "limits_and_rules", topics, max_records=60)
     cut_events, cut_limits = len(events) * 6 // 10, len(limits) * 6 // 10
-    feed_events(bs, events_topic, ref.feed_list(events[:cut_events]))
-    feed_events(bs, limits_topic, ref.feed_list(limits[:cut_limits]))
+    feed_events(bs, topics["events"], ref.feed_list(events[:cut_events]))
+    feed_events(bs, topics["limits"], ref.feed_list(limits[:cut_limits]))
     run_job(job.path)
-    first_run = len(committed_epochs(job.checkpoint / "out"))
-    feed_events(bs, events_topic, ref.feed_list(events[cut_events:]))
-    feed_events(bs, limits_topic, ref.feed_list(limits[cut_limits:]))
-    run_job(job.path)  # a restart: keyed state comes back from the checkpoint
+    first_run = {sink: len(committed_epochs(job.checkpoint / sink)) for sink, _, _ in OUTPUTS}
+    feed_events(bs, topics["events"], ref.feed_list(events[cut_events:]))
+    feed_events(bs, topics["limits"], ref.feed_list(limits[cut_limits:]))
+    run_job(job.path)  # a restart: keyed and broadcast state come back from the checkpoint
 
-    expected, epochs = _expected(job, events, limits, (events_topic, limits_topic))
-    got = read_json(bs, out)
-    assert _per_user(got) == _per_user(expected)
-    vip = [r["verdict"] for r in got if r["user"] == "vip" and r["amount"] is not None]
+    for sink, reference, field in OUTPUTS:
+        event_split, limit_split, epochs = _split(job, sink, (events, limits), topics)
+        expected = reference(event_split, limit_split)
+        got = read_json(bs, topics[sink])
+        assert _per_key(got, field) == _per_key(expected, field), sink
+        # The second run's output follows from state the first run left: from empty state it would differ.
+        done = first_run[sink]
+        fresh = reference(event_split[done:], limit_split[done:])
+        assert len(epochs) > done >= 2 and fresh and expected[len(expected) - len(fresh) :] != fresh, sink
+        print(f"{sink}: records={len(got)} epochs={len(epochs)} (first run {done})")
+    vip = [
+        r["verdict"] for r in read_json(bs, topics["out"]) if r["user"] == "vip" and r["amount"] is not None
+    ]
     assert vip == ["ok", "over", "ok"], (
         "limit 100, then 20, then removed: each decides from the next event on"
     )
-    # The second run's records follow from state the first run left: from empty state they would differ.
-    event_split, limit_split = (
-        ref.split(events, epochs, events_topic),
-        ref.split(limits, epochs, limits_topic),
+    vip_alerts = [(r["tx_id"], r["threshold"]) for r in read_json(bs, topics["alerts"]) if r["card"] == "vip"]
+    assert vip_alerts == [(900_001, 20.0)], (
+        "rule added (100), changed (20), removed: only the middle event alerts"
     )
-    fresh = ref.limit_check(event_split[first_run:], limit_split[first_run:])
-    assert len(epochs) > first_run >= 2 and fresh and expected[len(expected) - len(fresh) :] != fresh
-    print(f"records={len(got)} epochs={len(epochs)} (first run {first_run})")
 
 
 @pytest.mark.timeout(1500)
-def test_connected_streams_through_kills_match_the_reference_and_a_run_without_kills_byte_for_byte(
+def test_connected_and_broadcast_state_through_kills_match_the_reference_and_a_run_without_kills_byte_for_byte(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
 ) -> None:
     from ethereal_kafka.testing.crash import compare, run_with_kills
 
     bs = kafka_cluster.bootstrap
     events, limits = ref.make_inputs(seed=17, events=1_500, limits=150, users=8, start=base_ts())
-    events_topic, limits_topic = topic_factory(partitions=2), topic_factory(partitions=1)
-    feed_events(bs, events_topic, ref.feed_list(events))
-    feed_events(bs, limits_topic, ref.feed_list(limits))
+    killed_topics = _topics(topic_factory)
+    feed_events(bs, killed_topics["events"], ref.feed_list(events))
+    feed_events(bs, killed_topics["limits"], ref.feed_list(limits))
+    clean_topics = {
+        **killed_topics,
+        "out": topic_factory(partitions=2),
+        "alerts": topic_factory(partitions=2),
+    }
     # Fixed epochs over input that is all there: both runs plan the same epochs, so their output is the same bytes.
     fixed = "epoch.sizing=fixed\n"
-    killed_out, clean_out = topic_factory(partitions=2), topic_factory(partitions=2)
-    killed = _job(tmp_path / "killed", bs, "limit_check", events_topic, limits_topic, killed_out, 100, fixed)
-    clean = _job(tmp_path / "clean", bs, "limit_check", events_topic, limits_topic, clean_out, 100, fixed)
+    killed = _job(tmp_path / "killed", bs, "limits_and_rules", killed_topics, 100, fixed)
+    clean = _job(tmp_path / "clean", bs, "limits_and_rules", clean_topics, 100, fixed)
     root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     env = {"PYTHONPATH": path, "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "300"}
@@ -122,16 +145,16 @@ def test_connected_streams_through_kills_match_the_reference_and_a_run_without_k
     print("\n".join(run.landed))
     run_job(clean.path)
 
-    expected, epochs = _expected(killed, events, limits, (events_topic, limits_topic))
-    got = read_json(bs, killed_out)
-    result = compare(map(dumps, expected), map(dumps, got))
-    print(result.line(run.kills))
-    assert (result.duplicates, result.lost, result.unexpected) == (0, 0, 0)
-    assert _per_user(got) == _per_user(expected)
-    assert [e.ends for e in committed_epochs(clean.checkpoint / "out")] == [e.ends for e in epochs]
-    assert _by_partition(bs, killed_out) == _by_partition(bs, clean_out), (
-        "byte-identical to the run without kills"
-    )
+    for sink, reference, field in OUTPUTS:
+        event_split, limit_split, epochs = _split(killed, sink, (events, limits), killed_topics)
+        expected = reference(event_split, limit_split)
+        got = read_json(bs, killed_topics[sink])
+        result = compare(map(dumps, expected), map(dumps, got))
+        print(sink, result.line(run.kills))
+        assert (result.duplicates, result.lost, result.unexpected) == (0, 0, 0), sink
+        assert _per_key(got, field) == _per_key(expected, field), sink
+        assert [e.ends for e in committed_epochs(clean.checkpoint / sink)] == [e.ends for e in epochs], sink
+        assert _by_partition(bs, killed_topics[sink]) == _by_partition(bs, clean_topics[sink]), sink
     assert run.kills >= KILLS
 
 
@@ -147,14 +170,14 @@ def test_co_map_merges_both_inputs_through_their_own_methods(
 ) -> None:
     bs = kafka_cluster.bootstrap
     events, limits = ref.make_inputs(seed=5, events=30, limits=6, users=3, start=base_ts())
-    events_topic, limits_topic, out = (
-        topic_factory(partitions=2),
-        topic_factory(partitions=1),
-        topic_factory(partitions=2),
+    topics = _topics(topic_factory)
+    feed_events(bs, topics["events"], ref.feed_list(events))
+    feed_events(bs, topics["limits"], ref.feed_list(limits))
+    run_job(
+        _job(
+            tmp_path, bs, "co_map", {k: topics[k] for k in ("events", "limits", "out")}, max_records=500
+        ).path
     )
-    feed_events(bs, events_topic, ref.feed_list(events))
-    feed_events(bs, limits_topic, ref.feed_list(limits))
-    run_job(_job(tmp_path, bs, "co_map", events_topic, limits_topic, out, max_records=500).path)
     expected = [{"user": r.user, "what": f"event {r.id}"} for r in events]
     expected += [{"user": r.user, "what": f"limit {r.limit}"} for r in limits]
-    assert sorted(map(dumps, read_json(bs, out))) == sorted(map(dumps, expected))
+    assert sorted(map(dumps, read_json(bs, topics["out"]))) == sorted(map(dumps, expected))
