@@ -127,7 +127,7 @@ def limit_check(events: list[list[Record]], limits: list[list[Record]]) -> list[
     return out
 
 
-def _as_rule(r: Record) -> tuple[str, str, float | None]:
+def as_rule(r: Record) -> tuple[str, str, float | None]:
     """`connected_jobs.RULE_COLUMNS` of a limit record: (rule, kind, threshold)."""
     assert r.limit is not None
     kind = "reset" if r.id % 11 == 10 else "total" if r.id % 7 == 6 else "amount"
@@ -145,7 +145,7 @@ def rule_alerts(events: list[list[Record]], limits: list[list[Record]]) -> list[
         rows += [(r.ts, 2, r.partition, r.offset, r) for r in epoch_limits]
         for _, _, _, _, r in sorted(rows, key=lambda x: x[:4]):
             if r.limit is not None:
-                name, kind, threshold = _as_rule(r)
+                name, kind, threshold = as_rule(r)
                 if kind == "reset":
                     totals.clear()
                 elif threshold is None:
