@@ -591,18 +591,26 @@ class BroadcastConnectedStream:
         self.stream, self.broadcast = stream, broadcast
 
     def process(
-        self, function: Any, output_type: str | None = None, side_outputs: Iterable[OutputTag] = ()
+        self,
+        function: Any,
+        output_type: str | None = None,
+        side_outputs: Iterable[OutputTag] = (),
+        time_mode: str = "auto",
     ) -> DataStream:
         """Run the function (see the class docstring).
 
         Args:
             output_type: Spark DDL of the main output (default: the non-broadcast input's type).
             side_outputs: Every tag the function emits to (read them with `get_side_output`).
+            time_mode: `event`, `processing` or `auto`, for the timers of a keyed function that defines
+                `on_timer` (see `KeyedStream.process`).
 
         Raises:
-            GraphError: the function lacks `process_element`/`process_broadcast_element`, or a side output has
-                no type.
+            GraphError: the function lacks `process_element`/`process_broadcast_element`, a bad time mode, or a
+                side output has no type.
         """
+        if time_mode not in ("auto", "event", "processing"):
+            raise GraphError("time_mode is auto, event or processing")
         for method in ("process_element", "process_broadcast_element"):
             if not callable(getattr(function, method, None)):
                 raise GraphError(
@@ -621,5 +629,6 @@ class BroadcastConnectedStream:
             output_type=output_type,
             side_outputs=tags,
             keyed=isinstance(self.stream, KeyedStream),
+            time_mode=time_mode,
         )
         return DataStream(env, node)

@@ -225,8 +225,9 @@ class KeyedCoProcessFunction(ABC):
 
 
 class ReadOnlyBroadcastContext(KeyedContext):
-    """The context handed to `process_element` of a broadcast process function: the element's time, timers are
-    not offered (see `docs/operators-keyed.md`), side outputs, and the broadcast state read-only."""
+    """The context handed to `process_element` (and `on_timer`) of a broadcast process function: the element's
+    time (the timer's in `on_timer`), the key's timers (`timer_service()`: keyed functions that define `on_timer`),
+    side outputs, and the broadcast state read-only."""
 
     def get_broadcast_state(self, descriptor: MapStateDescriptor) -> MapState:
         """The broadcast state `descriptor` names, as of this element (reads only: a write raises
@@ -270,7 +271,9 @@ class KeyedBroadcastProcessFunction(ABC):
     broadcast one, then partition and offset): `process_element` for a keyed element, `process_broadcast_element`
     for a broadcast element — which, with every element of the broadcast input, sees and updates the same
     broadcast state. What `process_broadcast_element` yields is emitted once (not once per parallel instance as in
-    Flink).
+    Flink). `on_timer` when a timer a key registered (`ctx.timer_service()` in `process_element` or `on_timer`)
+    fires, interleaved with the elements as in `KeyedProcessFunction`; it has the key's state and reads the
+    broadcast state.
     """
 
     def open(self, runtime_context: RuntimeContext) -> None:  # noqa: B027 - optional hook
@@ -283,6 +286,11 @@ class KeyedBroadcastProcessFunction(ABC):
     @abstractmethod
     def process_broadcast_element(self, value: Element, ctx: BroadcastContext) -> Iterable[Element] | None:
         """Handle one element of the broadcast input."""
+
+    def on_timer(self, timestamp: int, ctx: ReadOnlyBroadcastContext) -> Iterable[Element] | None:
+        """Handle a timer registered for the current key (a function that does not override this has no
+        timers)."""
+        return None
 
 
 class BroadcastProcessFunction(ABC):

@@ -250,12 +250,15 @@ class BroadcastProcessNode(Node):
         output_type: Spark DDL of the main output's elements (default: the first input's type).
         side_outputs: Tags the function may emit to (each with its `output_type`).
         keyed: The first input is keyed (keyed state and `apply_to_keyed_state`).
+        time_mode: `event`, `processing` or `auto`, for the timers of a keyed function with `on_timer` (see
+            `ProcessNode`).
     """
 
     function: Any = None
     output_type: str | None = None
     side_outputs: tuple[OutputTag, ...] = ()
     keyed: bool = False
+    time_mode: str = "auto"
 
 
 @dataclass(frozen=True, eq=False)

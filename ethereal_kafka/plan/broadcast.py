@@ -21,7 +21,13 @@ from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.plan.conform import ElementType, source_topics
 from ethereal_kafka.plan.connected import element_struct, hidden_column, type_of
 from ethereal_kafka.plan.context import CompileContext, register
-from ethereal_kafka.plan.keyed import check_picklable, input_struct, output_schema
+from ethereal_kafka.plan.keyed import (
+    SPARK_TIME_MODES,
+    check_picklable,
+    event_time_bound,
+    input_struct,
+    output_schema,
+)
 from ethereal_kafka.plan.operators.base import OutputLayout, transform
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS, arrow_struct
 from ethereal_kafka.plan.stream import Stream
@@ -42,7 +48,8 @@ def compile_broadcast_process(
 
     Raises:
         GraphError: the second input is not a broadcast stream, a keyed function on an unkeyed input, one input
-            with event time and the other without, or a side output repeated.
+            with event time and the other without, `time_mode='event'` without event time, or a side output
+            repeated.
     """
 
     from ethereal_kafka.plan.operators.broadcast import BroadcastProcessor, BroadcastSpec
@@ -68,6 +75,7 @@ def compile_broadcast_process(
     key_type = main.frame.schema[KEY].dataType if keyed else None
     frame = _combined(main, rules, keyed)
     schema = output_schema(main, user, sides, key_type or _string())
+    mode = _time_mode(node, main) if keyed and has_timers(node.function) else None
     spec = BroadcastSpec(
         node.label,
         node.function,
@@ -77,9 +85,12 @@ def compile_broadcast_process(
         layout,
         tuple(schema.fieldNames()),
         topics=source_topics(node, ctx.sources),
+        mode=mode,
+        event_time=main.watermarked,
+        bound_ms=event_time_bound(node) if main.watermarked else None,
     )
     check_picklable(node.label, spec)
-    out = transform(frame, BroadcastProcessor(spec), schema, "None")
+    out = transform(frame, BroadcastProcessor(spec), schema, SPARK_TIME_MODES[mode] if mode else "None")
     if not main.event_time:
         out = out.drop(TS)
     if not keyed:
@@ -91,6 +102,27 @@ def compile_broadcast_process(
         stateful=True,
         tags=node.side_outputs,
     )
+
+
+def has_timers(function: Any) -> bool:
+    """True when a broadcast function defines its own `on_timer` (the operator then runs with Spark timers)."""
+    from ethereal_kafka.api.functions import KeyedBroadcastProcessFunction
+
+    method = getattr(type(function), "on_timer", None)
+    return callable(method) and method is not KeyedBroadcastProcessFunction.on_timer
+
+
+def _time_mode(node: g.BroadcastProcessNode, main: Stream) -> str:
+    """`event` or `processing` (`auto`: event when the inputs have event time)."""
+    mode = node.time_mode
+    if mode == "auto":
+        return "event" if main.watermarked else "processing"
+    if mode == "event" and not main.watermarked:
+        raise GraphError(
+            f"{node.label}: time_mode='event' needs event time: call assign_timestamps_and_watermarks on both "
+            "inputs"
+        )
+    return mode
 
 
 def _layout(node: g.BroadcastProcessNode, user: pa.StructType) -> tuple[OutputLayout, list[tuple[str, Any]]]:

@@ -18,6 +18,9 @@ from ethereal_kafka.api import (
     RuntimeContext,
     ValueStateDescriptor,
 )
+from ethereal_kafka.api.state import StateTtlConfig
+from ethereal_kafka.api.time import Duration
+from ethereal_kafka.plan.broadcast import has_timers
 from ethereal_kafka.plan.operators.base import OutputLayout
 from ethereal_kafka.plan.operators.broadcast import BroadcastProcessor, BroadcastSpec, BroadcastStateError
 from tests.unit.plan.fake_spark_state import FakeHandle, FakeStore, run_epoch
@@ -85,10 +88,21 @@ class Detector(KeyedBroadcastProcessFunction):
         yield {"user": None, "what": f"rule {value['op']} {value['max']}"}
 
 
-def _processor(function: Any, keyed: bool = True) -> tuple[BroadcastProcessor, FakeStore]:
+def _processor(
+    function: Any, keyed: bool = True, mode: str | None = None
+) -> tuple[BroadcastProcessor, FakeStore]:
     fields = ("user",) if keyed else ()
     spec = BroadcastSpec(
-        "broadcast#4", function, keyed, ("rules",), fields, OutputLayout(("user", "what")), COLUMNS
+        "broadcast#4",
+        function,
+        keyed,
+        ("rules",),
+        fields,
+        OutputLayout(("user", "what")),
+        COLUMNS,
+        mode=mode,
+        event_time=True,
+        bound_ms=0 if mode else None,
     )
     store = FakeStore()
     processor = BroadcastProcessor(spec)
@@ -175,7 +189,7 @@ def test_unknown_broadcast_state_timers_and_keyed_state_without_keys_are_refused
             ctx.timer_service()
 
     processor, store = _processor(Timer())
-    with pytest.raises(BroadcastStateError, match="timers are not offered"):
+    with pytest.raises(BroadcastStateError, match="defines no on_timer"):
         run_epoch(processor, store, [_event("a", 1, 0, 1, 0)], 0, 1)
 
     class Plain(BroadcastProcessFunction):
@@ -202,3 +216,95 @@ def test_an_output_of_the_wrong_type_fails_in_one_line_naming_the_operator() -> 
     ) as failure:
         run_epoch(processor, store, _rule(5, 0, "set", 1), 0, 1)
     assert "\n" not in str(failure.value)
+
+
+class Watcher(Detector):
+    """Detector that also calls a key back 100 ms after each of its events, reporting its count and the rule then."""
+
+    def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
+        yield from super().process_element(value, ctx)
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 100)
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        rule = ctx.get_broadcast_state(RULES).get("max")
+        yield {"user": ctx.get_current_key(), "what": f"timer {timestamp} n={self.count.value()} max={rule}"}
+
+
+def test_timers_fire_per_user_key_in_time_order_between_the_rows_and_survive_a_restart() -> None:
+    processor, store = _processor(Watcher(), mode="event")
+    first = [
+        *_rule(10, 0, "set", 50),
+        _event("a", 20, 0, 60, 0),
+        _event("b", 30, 1, 1, 0),
+        _event("c", 25, 2, 1, 1),
+    ]
+    assert all("timer" not in w for _, w in _whats(run_epoch(processor, store, first, 0, 1)))
+    assert store.timers == {0: {120, 130}, 1: {125}}, "one bucket's Spark timers: the union of its keys'"
+    # Rows move bucket 0's watermark: a's timer (120) fires before the rule at 125, b's (130) after it and
+    # before a's next event; c's (125) waits in bucket 1 where no row passes it.
+    second = [_event("a", 200, 3, 1, 0), *_rule(125, 1, "set", 70)]
+    out = [(u, w) for u, w in _whats(run_epoch(processor, store, second, 100, 2)) if u is not None]
+    assert out == [("a", "timer 120 n=1 max=50"), ("b", "timer 130 n=1 max=70"), ("a", "ok n=2")]
+    # A new task (a restart) on the stored state: the watermark passes c's timer and a's second.
+    restarted, _ = _processor(Watcher(), mode="event")
+    restarted.init(FakeHandle(store))
+    out = _whats(run_epoch(restarted, store, [], 300, 3))
+    assert sorted(out) == [("a", "timer 300 n=2 max=70"), ("c", "timer 125 n=1 max=70")]
+    assert not any(store.timers.values()), "every timer fired and none is left registered"
+    assert not any(name == "_ek_timers" for name, _ in store.maps if store.maps[(name, _)]), "books deleted"
+
+
+def test_timers_of_equal_time_fire_in_key_order_and_a_replay_fires_the_same() -> None:
+    rows = [_event("b", 20, 0, 1, 0), _event("a", 20, 1, 1, 0), _event("z", 500, 2, 1, 0)]
+    outputs = set()
+    for order in (rows, list(reversed(rows))):
+        processor, store = _processor(Watcher(), mode="event")
+        outputs.add(tuple(_whats(run_epoch(processor, store, order, 0, 1))))
+    # Elements by offset at equal time (b, a); the two timers at 120 by key (a, b), before z's element at 500.
+    expected = ["b ok n=1", "a ok n=1", "a timer 120 n=1 max=None", "b timer 120 n=1 max=None", "z ok n=1"]
+    assert outputs == {tuple(tuple(e.split(" ", 1)) for e in expected)}
+
+
+def test_only_a_function_with_its_own_on_timer_runs_with_spark_timers() -> None:
+    assert has_timers(Watcher()) and not has_timers(Detector())
+
+
+def test_timers_are_refused_in_process_broadcast_element_and_without_keys() -> None:
+    class OnRule(Watcher):
+        def process_broadcast_element(self, value: dict[str, Any], ctx: Any) -> Any:
+            ctx.timer_service()
+
+    processor, store = _processor(OnRule(), mode="event")
+    with pytest.raises(BroadcastStateError, match="process_broadcast_element has no current key"):
+        run_epoch(processor, store, _rule(1, 0, "set", 1), 0, 1)
+
+    class Plain(BroadcastProcessFunction):
+        def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
+            ctx.timer_service()
+
+        def process_broadcast_element(self, value: dict[str, Any], ctx: Any) -> Any:
+            return None
+
+    processor, store = _processor(Plain(), keyed=False, mode=None)
+    with pytest.raises(BroadcastStateError, match="timers belong to a key"):
+        run_epoch(processor, store, [_event("a", 1, 0, 1, 0)], 0, 1)
+
+
+class Remember(Watcher):
+    """Keeps a key's count for 50 ms of processing time; no timers of its own (on_timer arms the operator's)."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", StateTtlConfig(Duration(50))))
+
+    def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
+        yield from Detector.process_element(self, value, ctx)
+
+
+def test_the_ttl_cleanup_timer_removes_keyed_state_of_keys_never_seen_again() -> None:
+    processor, store = _processor(Remember(), mode="processing")
+    run_epoch(processor, store, [_event("a", 1, 0, 1, 0), _event("b", 2, 1, 1, 0)], 0, 100, event_mode=False)
+    assert len(store.maps[("u_count", 0)]) == 2
+    assert store.timers[0] == {150}, "one cleanup timer per bucket time, armed per key"
+    run_epoch(processor, store, [], 0, 150, event_mode=False)
+    assert not store.maps.get(("u_count", 0)), "both keys' expired counts deleted without being read"
+    assert not store.timers.get(0)
