@@ -88,6 +88,7 @@ def compile_broadcast_process(
         mode=mode,
         event_time=main.watermarked,
         bound_ms=event_time_bound(node) if main.watermarked else None,
+        on_error=ctx.errors_for(node, main.positioned, placed_by=node.inputs[0]),
     )
     check_picklable(node.label, spec)
     out = transform(frame, BroadcastProcessor(spec), schema, SPARK_TIME_MODES[mode] if mode else "None")

@@ -35,6 +35,11 @@ pickled bytes. Since rows are in event-time order, the watermark a key's element
 operator gives it. `on_timer` has the key's keyed state and reads the broadcast state as the rows before it left it.
 The TTL cleanup timer of keyed state is per key too (armed from the expiries a key's writes report); without
 timers (no `on_timer`) expired keyed state is only deleted when read. A call reads every book of its bucket.
+
+**User errors** (`on.user.error`): a `process_element` that raises is failed, skipped or dead-lettered as in the
+process operator (`plan.user_errors`; its rows are dropped, its state changes stay). Errors in
+`process_broadcast_element`, `on_timer` and `open` always fail the epoch: a broadcast element is handled once per
+bucket, and skipping a rule change in silence would leave every later decision wrong.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from ethereal_kafka.plan.operators.process import MAX_FIRINGS, user_key
 from ethereal_kafka.plan.operators.timers import EVENT, PROCESSING, TimerBook
 from ethereal_kafka.plan.pyfuncs import as_element
 from ethereal_kafka.plan.schema import OFFSET, PART, TS
+from ethereal_kafka.plan.user_errors import OperatorErrors
 
 #: How many buckets the first input is spread over (fixed for a job's life: the state is laid out by it).
 BUCKETS = 8
@@ -99,6 +105,7 @@ class BroadcastSpec:
         event_time: The inputs have event time (event-time timers allowed).
         bound_ms: The inputs' out-of-orderness bound B, by which the bucket's watermark follows its rows within an
             epoch (see the module docstring); None: unknown, timers fire at the epoch's watermark only.
+        on_error: What to do when `process_element` raises (`plan.user_errors`; None: fail).
     """
 
     label: str
@@ -112,6 +119,7 @@ class BroadcastSpec:
     mode: str | None = None
     event_time: bool = False
     bound_ms: int | None = None
+    on_error: OperatorErrors | None = None
 
 
 class BroadcastMap(MapState):
@@ -335,6 +343,8 @@ class BroadcastProcessor(StatefulProcessor):
                 self._run(function.process_element, dict(row.get(FIRST) or {}), context)
         call.row, call.writable = {}, False
         self._fire_due(call, context)
+        if spec.on_error is not None and not spec.on_error.fails:
+            spec.on_error.flush()
         return self._finish(call, raw)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
@@ -505,6 +515,7 @@ class BroadcastProcessor(StatefulProcessor):
         call = self._call
         assert call is not None
         layout = spec.layout
+        emitted = len(call.rows)
         try:
             for value in _outputs(method(argument, context)):
                 out = as_element(value, spec.label)
@@ -516,7 +527,11 @@ class BroadcastProcessor(StatefulProcessor):
             raise
         except Exception as exc:
             where = self.origin() if timer else f"element from {self.origin()}"
-            raise user_error(spec.label, exc, where) from exc
+            row = call.row
+            if timer or row.get(INPUT) != 1 or spec.on_error is None:
+                raise user_error(spec.label, exc, where) from exc
+            del call.rows[emitted:]  # a skipped or dead-lettered element emits nothing
+            spec.on_error.handle(exc, argument, row.get(PART), row.get(OFFSET), where)
 
 
 def _outputs(produced: Iterable[Any] | dict[str, Any] | None) -> Iterable[Any]:

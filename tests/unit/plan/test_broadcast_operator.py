@@ -18,11 +18,14 @@ from ethereal_kafka.api import (
     RuntimeContext,
     ValueStateDescriptor,
 )
+from ethereal_kafka.api.graph import OperatorRef
 from ethereal_kafka.api.state import StateTtlConfig
 from ethereal_kafka.api.time import Duration
 from ethereal_kafka.plan.broadcast import has_timers
+from ethereal_kafka.plan.errors import UserFunctionError
 from ethereal_kafka.plan.operators.base import OutputLayout
 from ethereal_kafka.plan.operators.broadcast import BroadcastProcessor, BroadcastSpec, BroadcastStateError
+from ethereal_kafka.plan.user_errors import OperatorErrors
 from tests.unit.plan.fake_spark_state import FakeHandle, FakeStore, run_epoch
 
 RULES = MapStateDescriptor("rules")
@@ -89,7 +92,7 @@ class Detector(KeyedBroadcastProcessFunction):
 
 
 def _processor(
-    function: Any, keyed: bool = True, mode: str | None = None
+    function: Any, keyed: bool = True, mode: str | None = None, on_error: OperatorErrors | None = None
 ) -> tuple[BroadcastProcessor, FakeStore]:
     fields = ("user",) if keyed else ()
     spec = BroadcastSpec(
@@ -103,6 +106,7 @@ def _processor(
         mode=mode,
         event_time=True,
         bound_ms=0 if mode else None,
+        on_error=on_error,
     )
     store = FakeStore()
     processor = BroadcastProcessor(spec)
@@ -308,3 +312,34 @@ def test_the_ttl_cleanup_timer_removes_keyed_state_of_keys_never_seen_again() ->
     run_epoch(processor, store, [], 0, 150, event_mode=False)
     assert not store.maps.get(("u_count", 0)), "both keys' expired counts deleted without being read"
     assert not store.timers.get(0)
+
+
+class Fussy(Detector):
+    """Detector that raises on an amount of 13, after emitting."""
+
+    def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
+        yield from super().process_element(value, ctx)
+        if value["amount"] == 13:
+            raise ValueError("unlucky")
+
+
+def test_on_user_error_skip_drops_the_failing_elements_rows_and_goes_on() -> None:
+    policy = OperatorErrors("skip", OperatorRef("broadcast#4", "rules", "rules-4"))
+    processor, store = _processor(Fussy(), on_error=policy)
+    rows = [_event("a", 1, 0, 13, 0), _event("a", 2, 1, 1, 0)]
+    assert _whats(run_epoch(processor, store, rows, 0, 1)) == [("a", "ok n=2")], (
+        "no row from the skipped element; its state change stays, as in the process operator"
+    )
+    processor, store = _processor(Fussy())
+    with pytest.raises(
+        UserFunctionError, match=r"^operator broadcast#4 .*unlucky; element from partition 0 offset 0"
+    ):
+        run_epoch(processor, store, rows, 0, 1)
+
+    class BadRule(Detector):
+        def process_broadcast_element(self, value: dict[str, Any], ctx: Any) -> Any:
+            raise ValueError("bad rule")
+
+    processor, store = _processor(BadRule(), on_error=policy)
+    with pytest.raises(UserFunctionError, match="bad rule"):
+        run_epoch(processor, store, _rule(1, 0, "set", 1), 0, 1)
