@@ -19,6 +19,7 @@ from ethereal_kafka.api import (
     ValueStateDescriptor,
     WatermarkStrategy,
 )
+from ethereal_kafka.examples.fraud_rules import ALERT_DDL, RULES, RuleDetector
 
 BOUND_MS = 3_000
 EVENT_DDL = "id long, user string, amount long, ts long"
@@ -94,17 +95,49 @@ RULE_COLUMNS = (
 )
 
 
-def limits_and_rules(env: StreamExecutionEnvironment) -> None:
-    """Two queries over the same inputs: `LimitCheck` (connected keyed streams) to `out`, and the fraud-rules
-    example's `RuleDetector` (broadcast state), with the limits as rules, to `alerts`."""
-    from ethereal_kafka.examples.fraud_rules import ALERT_DDL, RULES, RuleDetector
+#: How long after a transaction `FollowedRuleDetector`'s follow-up timer fires (event time).
+FOLLOW_UP_MS = 2_000
 
+
+class FollowedRuleDetector(RuleDetector):
+    """The example's `RuleDetector`, plus a follow-up per transaction: an event-time timer `FOLLOW_UP_MS` after it
+    whose `on_timer` reports the card's running total and the number of active rules as they are when it fires
+    (rule `follow-up`, kind `timer`, `threshold` the rule count, `value` the total, `ts` the timer's time)."""
+
+    def process_element(self, value: dict[str, Any], ctx: Any) -> Iterator[dict[str, Any]]:
+        yield from super().process_element(value, ctx)
+        ctx.timer_service().register_event_time_timer(value["ts"] + FOLLOW_UP_MS)
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterator[dict[str, Any]]:
+        yield {
+            "card": ctx.get_current_key(),
+            "tx_id": None,
+            "rule": "follow-up",
+            "kind": "timer",
+            "threshold": float(len(list(ctx.get_broadcast_state(RULES).items()))),
+            "value": round(self.total.value() or 0.0, 2),
+            "ts": timestamp,
+        }
+
+
+def _limits_and(env: StreamExecutionEnvironment, detector: RuleDetector) -> None:
     limit_check(env)
     events, limits = _streams(env)
     transactions = events.select("id AS tx_id", "user AS card", "CAST(amount AS DOUBLE) AS amount", "ts")
     rules = limits.select(*RULE_COLUMNS).broadcast(RULES)
-    alerts = transactions.key_by("card").connect(rules).process(RuleDetector(), output_type=ALERT_DDL)
+    alerts = transactions.key_by("card").connect(rules).process(detector, output_type=ALERT_DDL)
     alerts.name("rule-detector").sink_to("alerts")
+
+
+def limits_and_rules(env: StreamExecutionEnvironment) -> None:
+    """Two queries over the same inputs: `LimitCheck` (connected keyed streams) to `out`, and the fraud-rules
+    example's `RuleDetector` (broadcast state), with the limits as rules, to `alerts`."""
+    _limits_and(env, RuleDetector())
+
+
+def limits_and_timed_rules(env: StreamExecutionEnvironment) -> None:
+    """`limits_and_rules` with `FollowedRuleDetector` (broadcast state and timers) to `alerts`."""
+    _limits_and(env, FollowedRuleDetector())
 
 
 class Tagged(CoMapFunction):

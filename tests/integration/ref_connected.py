@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ethereal_kafka.testing.epochs import Epoch, split_by_epochs
-from tests.integration.connected_jobs import BOUND_MS
+from tests.integration.connected_jobs import BOUND_MS, FOLLOW_UP_MS
 
 
 @dataclass(frozen=True)
@@ -137,10 +137,43 @@ def as_rule(r: Record) -> tuple[str, str, float | None]:
 
 def rule_alerts(events: list[list[Record]], limits: list[list[Record]]) -> list[dict[str, Any]]:
     """`examples.fraud_rules.RuleDetector`'s alerts over events and limits-as-rules, epoch by epoch."""
+    return timed_rule_alerts(events, limits, None)
+
+
+def timed_rule_alerts(
+    events: list[list[Record]], limits: list[list[Record]], watermarks: Sequence[int] | None
+) -> list[dict[str, Any]]:
+    """`rule_alerts`, plus (given each epoch's watermark) `connected_jobs.FollowedRuleDetector`'s follow-ups.
+
+    The two inputs have a watermark strategy each, so the operator knows no single bound and its watermark stays
+    the epoch's W: a card's due timers fire in time order before the epoch's rows and, when registered due,
+    after them (`plan.operators.broadcast`).
+    """
     rules: dict[str, dict[str, Any]] = {}
     totals: dict[str, float] = {}
+    timers: dict[str, set[int]] = {}
     out: list[dict[str, Any]] = []
-    for epoch_events, epoch_limits in zip(events, limits, strict=True):
+
+    def fire(watermark: int) -> None:
+        for user in sorted(timers):
+            for at in sorted(t for t in timers[user] if t <= watermark):
+                timers[user].discard(at)
+                out.append(
+                    {
+                        "card": user,
+                        "tx_id": None,
+                        "rule": "follow-up",
+                        "kind": "timer",
+                        "threshold": float(len(rules)),
+                        "value": round(totals.get(user, 0.0), 2),
+                        "ts": at,
+                    }
+                )
+
+    for index, (epoch_events, epoch_limits) in enumerate(zip(events, limits, strict=True)):
+        watermark = watermarks[index] if watermarks is not None else None
+        if watermark is not None:
+            fire(watermark)
         rows = [(r.ts, 1, r.partition, r.offset, r) for r in epoch_events]
         rows += [(r.ts, 2, r.partition, r.offset, r) for r in epoch_limits]
         for _, _, _, _, r in sorted(rows, key=lambda x: x[:4]):
@@ -170,4 +203,8 @@ def rule_alerts(events: list[list[Record]], limits: list[list[Record]]) -> list[
                             "ts": r.ts,
                         }
                     )
+            if watermark is not None:
+                timers.setdefault(r.user, set()).add(r.ts + FOLLOW_UP_MS)
+        if watermark is not None:
+            fire(watermark)
     return out

@@ -23,7 +23,7 @@ from ethereal_kafka.plan.operators.coprocess import CoKeyedProcessor
 from ethereal_kafka.plan.operators.process import ProcessSpec
 from ethereal_kafka.plan.schema import arrow_struct
 from tests.integration import ref_connected as ref
-from tests.integration.connected_jobs import OUT_DDL, LimitCheck
+from tests.integration.connected_jobs import BOUND_MS, OUT_DDL, FollowedRuleDetector, LimitCheck
 from tests.unit.plan.fake_spark_state import FakeHandle, FakeStore, run_epoch
 
 BUCKETS = 4
@@ -91,14 +91,31 @@ def test_the_co_process_operator_gives_the_reference_output(seed: int) -> None:
     assert _per_key(mine, "user") == _per_key(ref.limit_check(split_events, split_limits), "user")
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_the_broadcast_operator_gives_the_reference_alerts(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "timed"), [(1, False), (2, False), (1, True), (2, True)])
+def test_the_broadcast_operator_gives_the_reference_alerts(seed: int, timed: bool) -> None:
+    """`timed`: `FollowedRuleDetector`'s follow-up timers too, with each epoch's watermark the largest event time
+    of the epochs before it minus the bound (Spark's), and a last, empty epoch whose watermark passes them all."""
     events, limits = ref.make_inputs(seed, events=200, limits=40, users=5, start=1_000_000)
     cuts = sorted(random.Random(seed).sample(range(1, 100), 3))
     split_events, split_limits = _epochs(events, cuts), _epochs(limits, [c // 3 for c in cuts])
+    marks = [0]
+    for epoch_events in split_events:
+        marks.append(max([marks[-1], *(r.ts - BOUND_MS for r in epoch_events)]))
+    if timed:
+        split_events, split_limits = [*split_events, []], [*split_limits, []]
+        marks[-1] = 10**13
     layout = _layout(ALERT_DDL)
+    function = FollowedRuleDetector() if timed else RuleDetector()
     spec = BroadcastSpec(
-        "broadcast#1", RuleDetector(), True, ("rules",), ("card",), layout, (*layout.fields, "__ts", "__key")
+        "broadcast#1",
+        function,
+        True,
+        ("rules",),
+        ("card",),
+        layout,
+        (*layout.fields, "__ts", "__key"),
+        mode="event" if timed else None,
+        event_time=True,
     )
     store = FakeStore()
     processor = BroadcastProcessor(spec)
@@ -115,8 +132,9 @@ def test_the_broadcast_operator_gives_the_reference_alerts(seed: int) -> None:
             rule = {"rule": name, "kind": kind, "threshold": threshold, "ts": r.ts}
             rows += [_row(2, r, rule, bucket, __ukey=None) for bucket in range(BUCKETS)]
         rng.shuffle(rows)
-        got += run_epoch(processor, store, rows, 0, number)
+        got += run_epoch(processor, store, rows, marks[number] if timed else 0, number)
     mine = [{f: r[f] for f in layout.fields} for r in got]
-    expected = ref.rule_alerts(split_events, split_limits)
+    expected = ref.timed_rule_alerts(split_events, split_limits, marks if timed else None)
     assert len(expected) > 50
+    assert sum(r["kind"] == "timer" for r in expected) == (len(events) if timed else 0)
     assert _per_key(mine, "card") == _per_key(expected, "card")
