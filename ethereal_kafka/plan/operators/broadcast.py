@@ -368,8 +368,8 @@ class BroadcastProcessor(StatefulProcessor):
         self._scope.begin(now)
         call = _Call(int(key[0]), int(timer_values.getCurrentWatermarkInMs()), now, states)
         if self._books is not None and self._books.exists():
-            for at, packed in self._books.iterator():
-                call.books[at[0]] = TimerBook.unpack(loads(packed[0]))
+            for at, packed in self._books.iterator():  # bytes(): Spark may hand a binary as a bytearray
+                call.books[bytes(at[0])] = TimerBook.unpack(loads(packed[0]))
             call.stored = set(call.books)
         if self._spark_timers is not None:
             registered = self._spark_timers.get()
