@@ -8,7 +8,7 @@ for byte. Plus a `CoMapFunction` on unkeyed connected streams."""
 from __future__ import annotations
 
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,30 +78,46 @@ def _per_key(records: list[dict[str, Any]], field: str) -> dict[str, list[str]]:
     return dict(out)
 
 
+def _timed(
+    sink: str,
+    reference: Reference,
+    events: list[list[ref.Record]],
+    limits: list[list[ref.Record]],
+    marks: list[int],
+) -> list[dict[str, Any]]:
+    """The expected output of `sink` under `limits_and_timed_rules`: its `alerts` come from `FollowedRuleDetector`
+    (follow-up timers), whose reference needs each epoch's watermark."""
+    if sink == "alerts":
+        return ref.timed_rule_alerts(events, limits, marks)
+    return reference(events, limits)
+
+
 def test_rule_and_limit_changes_decide_from_the_next_record_on_and_state_survives_a_restart(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
 ) -> None:
     bs = kafka_cluster.bootstrap
     events, limits = ref.make_inputs(seed=3, events=240, limits=30, users=5, start=base_ts())
     topics = _topics(topic_factory)
-    job = _job(tmp_path, bs, "limits_and_rules", topics, max_records=60)
+    job = _job(tmp_path, bs, "limits_and_timed_rules", topics, max_records=60)
     cut_events, cut_limits = len(events) * 6 // 10, len(limits) * 6 // 10
     feed_events(bs, topics["events"], ref.feed_list(events[:cut_events]))
     feed_events(bs, topics["limits"], ref.feed_list(limits[:cut_limits]))
     run_job(job.path)
     first_run = {sink: len(committed_epochs(job.checkpoint / sink)) for sink, _, _ in OUTPUTS}
+    first_alerts = Counter(map(dumps, read_json(bs, topics["alerts"])))
     feed_events(bs, topics["events"], ref.feed_list(events[cut_events:]))
     feed_events(bs, topics["limits"], ref.feed_list(limits[cut_limits:]))
-    run_job(job.path)  # a restart: keyed and broadcast state come back from the checkpoint
+    run_job(job.path)  # a restart: keyed and broadcast state, and timers, come back from the checkpoint
 
     for sink, reference, field in OUTPUTS:
         event_split, limit_split, epochs = _split(job, sink, (events, limits), topics)
-        expected = reference(event_split, limit_split)
+        marks = [e.watermark_ms for e in epochs]
+        expected = _timed(sink, reference, event_split, limit_split, marks)
         got = read_json(bs, topics[sink])
         assert _per_key(got, field) == _per_key(expected, field), sink
         # The second run's output follows from state the first run left: from empty state it would differ.
         done = first_run[sink]
-        fresh = reference(event_split[done:], limit_split[done:])
+        fresh = _timed(sink, reference, event_split[done:], limit_split[done:], marks[done:])
         assert len(epochs) > done >= 2 and fresh and expected[len(expected) - len(fresh) :] != fresh, sink
         print(f"{sink}: records={len(got)} epochs={len(epochs)} (first run {done})")
     vip = [
@@ -110,10 +126,22 @@ def test_rule_and_limit_changes_decide_from_the_next_record_on_and_state_survive
     assert vip == ["ok", "over", "ok"], (
         "limit 100, then 20, then removed: each decides from the next event on"
     )
-    vip_alerts = [(r["tx_id"], r["threshold"]) for r in read_json(bs, topics["alerts"]) if r["card"] == "vip"]
+    alerts = read_json(bs, topics["alerts"])
+    vip_alerts = [(r["tx_id"], r["threshold"]) for r in alerts if r["card"] == "vip" and r["kind"] != "timer"]
     assert vip_alerts == [(900_001, 20.0)], (
         "rule added (100), changed (20), removed: only the middle event alerts"
     )
+    # Follow-up timers registered by the first run's transactions fired in the second run.
+    first_ts = max(r.ts for r in events[:cut_events])
+    second_run = Counter(map(dumps, alerts)) - first_alerts
+    carried = [
+        r
+        for r in alerts
+        if dumps(r) in second_run and r["kind"] == "timer" and r["ts"] - ref.FOLLOW_UP_MS <= first_ts
+    ]
+    follow_ups = sum(r["kind"] == "timer" for r in alerts)
+    assert carried and follow_ups > 100, (len(carried), follow_ups)
+    print(f"follow-up timers: {follow_ups}, {len(carried)} registered before the restart and fired after it")
 
 
 @pytest.mark.timeout(1500)
