@@ -223,7 +223,8 @@ class DataStream:
     def connect(self, other: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStream:
         """Connect with `other` (Flink's `connect`): two streams, possibly of different types, processed by one
         function with a method per input — `map`/`flat_map` with a `CoMapFunction`/`CoFlatMapFunction`, or, when
-        both are keyed alike, `process` with a `KeyedCoProcessFunction` whose state and timers both inputs share.
+        both are keyed alike, `process` with a `KeyedCoProcessFunction` whose state and timers both inputs share
+        (with neither keyed, a `CoProcessFunction`).
         With a `BroadcastStream` (`rules.broadcast(descriptor)`): `process` with a `KeyedBroadcastProcessFunction`
         (this stream keyed) or a `BroadcastProcessFunction`.
 
@@ -497,9 +498,10 @@ class ConnectedStreams:
     """Two streams connected (`first.connect(second)`): one function handles both, with a method per input.
 
     `map`/`flat_map` are per element and keep no state (each input's elements go through its method; the outputs
-    are merged). `process` needs both inputs keyed alike (`a.key_by(k).connect(b.key_by(k))`): a
-    `KeyedCoProcessFunction` then sees, per key, both inputs' elements interleaved in the connected order — event
-    time, then input (first before second), then source partition and offset — the same on every replay.
+    are merged). `process` with both inputs keyed alike (`a.key_by(k).connect(b.key_by(k))`) runs a
+    `KeyedCoProcessFunction`, which sees, per key, both inputs' elements interleaved in the connected order — event
+    time, then input (first before second), then source partition and offset — the same on every replay; with
+    neither keyed, a `CoProcessFunction` (no state, no timers; the same order within each bucket of elements).
     """
 
     def __init__(self, first: DataStream, second: DataStream) -> None:
@@ -531,7 +533,8 @@ class ConnectedStreams:
         side_outputs: Iterable[OutputTag] = (),
         time_mode: str = "auto",
     ) -> DataStream:
-        """Run a `KeyedCoProcessFunction` (shared keyed state, timers, side outputs) over both keyed inputs.
+        """Run a `KeyedCoProcessFunction` (shared keyed state, timers, side outputs) over both keyed inputs, or a
+        `CoProcessFunction` (side outputs; no state, no timers) over two non-keyed inputs.
 
         Args:
             output_type: Spark DDL of the main output (default: the inputs' type, when both have the same).
@@ -539,17 +542,18 @@ class ConnectedStreams:
             time_mode: `event`, `processing` or `auto` (see `graph.ProcessNode`).
 
         Raises:
-            GraphError: an input is not keyed, a bad time mode, or a side output without a type.
+            GraphError: one input keyed and the other not, a bad time mode, or a side output without a type.
         """
-        if not isinstance(self.first, KeyedStream) or not isinstance(self.second, KeyedStream):
+        keyed = isinstance(self.first, KeyedStream), isinstance(self.second, KeyedStream)
+        if keyed[0] != keyed[1]:
             raise GraphError(
-                "process on connected streams needs both keyed: a.key_by(k).connect(b.key_by(k)) "
-                "(a KeyedCoProcessFunction shares keyed state between the inputs)"
+                "process on connected streams needs both keyed (a.key_by(k).connect(b.key_by(k)), for a "
+                "KeyedCoProcessFunction) or neither (a CoProcessFunction)"
             )
         for method in ("process_element1", "process_element2"):
             if not callable(getattr(function, method, None)):
                 raise GraphError(
-                    "process on connected streams takes a KeyedCoProcessFunction "
+                    "process on connected streams takes a KeyedCoProcessFunction or a CoProcessFunction "
                     "(an object with process_element1 and process_element2)"
                 )
         if time_mode not in ("auto", "event", "processing"):
@@ -566,6 +570,7 @@ class ConnectedStreams:
             output_type=output_type,
             side_outputs=tags,
             time_mode=time_mode,
+            keyed=keyed[0],
         )
         return DataStream(env, node)
 

@@ -224,6 +224,23 @@ class KeyedCoProcessFunction(ABC):
         return None
 
 
+class CoProcessFunction(ABC):
+    """Low-level processing of two connected streams that are not keyed (Flink's CoProcessFunction):
+    `process_element1` for the first stream's elements, `process_element2` for the second's, with the element's
+    time (`ctx.timestamp()`) and side outputs (`ctx.output`). No keyed state and no timers (`ctx.timer_service()`
+    raises, as Flink's does on a non-keyed stream): key both inputs and use a `KeyedCoProcessFunction` for those.
+    Within an epoch the two inputs meet in the connected order, as in `KeyedCoProcessFunction`.
+    """
+
+    @abstractmethod
+    def process_element1(self, value: Element, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle one element of the first stream (`ctx.get_current_key()` is None)."""
+
+    @abstractmethod
+    def process_element2(self, value: Element, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle one element of the second stream."""
+
+
 class ReadOnlyBroadcastContext(KeyedContext):
     """The context handed to `process_element` (and `on_timer`) of a broadcast process function: the element's
     time (the timer's in `on_timer`), the key's timers (`timer_service()`: keyed functions that define `on_timer`),

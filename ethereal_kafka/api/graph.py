@@ -225,7 +225,14 @@ class ProcessNode(Node):
 class CoProcessNode(ProcessNode):
     """A `KeyedCoProcessFunction` on two keyed streams connected (`a.key_by(k).connect(b.key_by(k))`):
     `inputs = (first, second)`, keyed alike. The attributes are a `ProcessNode`'s; both inputs share the key's state
-    and timers, and `output_type` is needed unless both inputs have the same fields and types."""
+    and timers, and `output_type` is needed unless both inputs have the same fields and types.
+
+    Attributes:
+        keyed: False for a `CoProcessFunction` on two non-keyed streams (`a.connect(b).process(f)`: no state, no
+            timers).
+    """
+
+    keyed: bool = True
 
 
 @dataclass(frozen=True, eq=False)

@@ -10,6 +10,10 @@ inputs; the operator's watermark is the least of the two, Spark's rule for a que
 
 Output fields: `output_type`'s (default: the inputs' fields, when both have the same fields and types), with event
 time (`__ts`) and the key (`__key`) carried on as after `KeyedStream.process`.
+
+A `CoProcessFunction` on two non-keyed streams (`a.connect(b).process(f)`) runs on the same operator, its rows
+grouped into `BUCKETS` buckets by a hash of each row's element and source position (so Spark can spread them over
+tasks) in place of a key: no state, no timers, and its output is not keyed.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ def compile_co_process(ctx: CompileContext, node: g.CoProcessNode, inputs: list[
     from ethereal_kafka.plan.operators.process import ProcessSpec
 
     first, second = inputs
+    if not node.keyed:
+        return _compile_unkeyed(ctx, node, first, second)
     for number, stream in ((1, first), (2, second)):
         if not stream.keyed:
             raise GraphError(
@@ -78,21 +84,8 @@ def compile_co_process(ctx: CompileContext, node: g.CoProcessNode, inputs: list[
     combined = _combined(first, second)
     mode = resolve_time_mode(node, combined)
     tags = node.side_outputs
-    names = [t.name for t in tags]
-    if len(set(names)) != len(names):
-        raise GraphError(f"{node.label}: side outputs {', '.join(names)} repeat a tag name")
-    sides = [arrow_struct(t.output_type or "", f"{node.label} side output {t.name}") for t in tags]
-    layout = OutputLayout(
-        tuple(f.name for f in user),
-        tuple(names),
-        tuple(tuple(f.name for f in side) for side in sides),
-        ElementType.of(user, node.label, "output", defaulted=not node.output_type),
-        tuple(
-            ElementType.of(side, node.label, f"side output '{n}'")
-            for n, side in zip(names, sides, strict=True)
-        ),
-    )
-    schema = output_schema(combined, user, list(zip(names, sides, strict=True)))
+    layout, sides = _layout(node, user)
+    schema = output_schema(combined, user, sides)
     spec = ProcessSpec(
         node.label,
         node.function,
@@ -110,6 +103,70 @@ def compile_co_process(ctx: CompileContext, node: g.CoProcessNode, inputs: list[
     return finish_keyed(combined, frame, tags=tags)
 
 
+def _compile_unkeyed(ctx: CompileContext, node: g.CoProcessNode, first: Stream, second: Stream) -> Stream:
+    """A `CoProcessFunction` over two non-keyed streams (see the module docstring)."""
+    from ethereal_kafka.plan.operators.coprocess import CoKeyedProcessor
+    from ethereal_kafka.plan.operators.process import ProcessSpec
+
+    if first.keyed or second.keyed:
+        raise GraphError(f"{node.label}: a CoProcessFunction connects two non-keyed streams")
+    if first.watermarked != second.watermarked:
+        raise GraphError(
+            f"{node.label}: only one connected input has event time; call assign_timestamps_and_watermarks on "
+            "both inputs or neither"
+        )
+    user = _user_type(node, first, second)
+    combined = _combined(first, second, bucketed=True)
+    layout, sides = _layout(node, user)
+    schema = output_schema(combined, user, sides)
+    spec = ProcessSpec(
+        node.label,
+        node.function,
+        "processing",  # no timers: Spark runs it without a time mode
+        False,
+        (),
+        layout,
+        tuple(schema.fieldNames()),
+        topics=source_topics(node, ctx.sources),
+        on_error=ctx.errors_for(node, first.positioned and second.positioned),
+        keyed=False,
+    )
+    check_picklable(node.label, spec)
+    frame = transform(combined.frame, CoKeyedProcessor(spec), schema, "None").drop(KEY)
+    if not combined.event_time:
+        frame = frame.drop(TS)
+    return Stream.of(
+        frame, key_fields=None, watermarked=combined.watermarked, stateful=True, tags=node.side_outputs
+    )
+
+
+def _layout(
+    node: g.CoProcessNode, user: pa.StructType
+) -> tuple[OutputLayout, list[tuple[str, pa.StructType]]]:
+    """The output layout of `node` (main fields `user`, its side outputs), and the side outputs' fields.
+
+    Raises:
+        GraphError: a side output repeated.
+    """
+    names = [t.name for t in node.side_outputs]
+    if len(set(names)) != len(names):
+        raise GraphError(f"{node.label}: side outputs {', '.join(names)} repeat a tag name")
+    sides = [
+        arrow_struct(t.output_type or "", f"{node.label} side output {t.name}") for t in node.side_outputs
+    ]
+    layout = OutputLayout(
+        tuple(f.name for f in user),
+        tuple(names),
+        tuple(tuple(f.name for f in side) for side in sides),
+        ElementType.of(user, node.label, "output", defaulted=not node.output_type),
+        tuple(
+            ElementType.of(side, node.label, f"side output '{n}'")
+            for n, side in zip(names, sides, strict=True)
+        ),
+    )
+    return layout, list(zip(names, sides, strict=True))
+
+
 def _user_type(node: g.CoProcessNode, first: Stream, second: Stream) -> pa.StructType:
     if node.output_type:
         return arrow_struct(node.output_type, node.label)
@@ -122,8 +179,9 @@ def _user_type(node: g.CoProcessNode, first: Stream, second: Stream) -> pa.Struc
     return one
 
 
-def _combined(first: Stream, second: Stream) -> Stream:
-    """One frame carrying both inputs' rows (see the module docstring)."""
+def _combined(first: Stream, second: Stream, bucketed: bool = False) -> Stream:
+    """One frame carrying both inputs' rows (see the module docstring); `bucketed`: `__key` is a bucket of each
+    row's element and position (non-keyed inputs)."""
     from pyspark.sql import functions as F
 
     from ethereal_kafka.plan.operators.coprocess import FIRST, INPUT, SECOND
@@ -142,7 +200,7 @@ def _combined(first: Stream, second: Stream) -> Stream:
                 hidden_column(stream, PART, "long"),
                 hidden_column(stream, OFFSET, "long"),
                 *([hidden_column(stream, TS, "timestamp")] if event_time else []),
-                F.col(KEY),
+                _bucket(structs[index], stream).alias(KEY) if bucketed else F.col(KEY),
             )
         )
     frame = frames[0].unionByName(frames[1])
@@ -152,6 +210,16 @@ def _combined(first: Stream, second: Stream) -> Stream:
         watermarked=first.watermarked,
         stateful=first.stateful or second.stateful,
     )
+
+
+def _bucket(element: Column, stream: Stream) -> Column:
+    """A bucket (0 to `BUCKETS` - 1) of a non-keyed row: a hash of its element and source position."""
+    from pyspark.sql import functions as F
+
+    from ethereal_kafka.plan.operators.broadcast import BUCKETS
+
+    position = [F.col(c) for c in (PART, OFFSET) if c in stream.frame.columns]
+    return F.pmod(F.hash(element, *position), F.lit(BUCKETS))
 
 
 def element_struct(stream: Stream) -> Column:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ethereal_kafka.api import (
     CoMapFunction,
+    CoProcessFunction,
     KeyedContext,
     KeyedCoProcessFunction,
     RuntimeContext,
@@ -150,7 +151,21 @@ class Tagged(CoMapFunction):
         return {"user": value["user"], "what": f"limit {value['limit']}"}
 
 
+class TaggedProcess(CoProcessFunction):
+    """`Tagged` as a non-keyed `CoProcessFunction`, saying what its context holds (no key, the element's time)."""
+
+    def process_element1(self, value: dict[str, Any], ctx: KeyedContext) -> Iterator[dict[str, Any]]:
+        yield {
+            "user": value["user"],
+            "what": f"event {value['id']} key {ctx.get_current_key()} at {ctx.timestamp()}",
+        }
+
+    def process_element2(self, value: dict[str, Any], ctx: KeyedContext) -> Iterator[dict[str, Any]]:
+        yield {"user": value["user"], "what": f"limit {value['limit']} at {ctx.timestamp()}"}
+
+
 def co_map(env: StreamExecutionEnvironment) -> None:
-    """`Tagged` over the two inputs connected (not keyed)."""
+    """`Tagged` over the two inputs connected (not keyed) to `out`, and `TaggedProcess` over them to `alerts`."""
     events, limits = env.from_source("events"), env.from_source("limits")
     events.connect(limits).map(Tagged(), output_type="user string, what string").sink_to("out")
+    events.connect(limits).process(TaggedProcess(), output_type="user string, what string").sink_to("alerts")

@@ -193,7 +193,7 @@ def _by_partition(bootstrap: str, topic: str) -> dict[int, list[tuple[bytes | No
     return dict(out)
 
 
-def test_co_map_merges_both_inputs_through_their_own_methods(
+def test_co_map_and_a_non_keyed_co_process_function_merge_both_inputs_through_their_own_methods(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
 ) -> None:
     bs = kafka_cluster.bootstrap
@@ -201,11 +201,11 @@ def test_co_map_merges_both_inputs_through_their_own_methods(
     topics = _topics(topic_factory)
     feed_events(bs, topics["events"], ref.feed_list(events))
     feed_events(bs, topics["limits"], ref.feed_list(limits))
-    run_job(
-        _job(
-            tmp_path, bs, "co_map", {k: topics[k] for k in ("events", "limits", "out")}, max_records=500
-        ).path
-    )
+    run_job(_job(tmp_path, bs, "co_map", topics, max_records=500).path)
     expected = [{"user": r.user, "what": f"event {r.id}"} for r in events]
     expected += [{"user": r.user, "what": f"limit {r.limit}"} for r in limits]
     assert sorted(map(dumps, read_json(bs, topics["out"]))) == sorted(map(dumps, expected))
+    # The same through a non-keyed CoProcessFunction: no key, no event time (neither input is watermarked).
+    processed = [{"user": r.user, "what": f"event {r.id} key None at None"} for r in events]
+    processed += [{"user": r.user, "what": f"limit {r.limit} at None"} for r in limits]
+    assert sorted(map(dumps, read_json(bs, topics["alerts"]))) == sorted(map(dumps, processed))

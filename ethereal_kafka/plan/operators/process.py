@@ -82,6 +82,8 @@ class ProcessSpec:
         on_error: What to do when `process_element` raises (`plan.user_errors`; None: fail). An element it
             skips or dead-letters emits nothing (rows it emitted before raising are dropped); state it changed
             before raising stays changed. Errors in `on_timer` and `open` always fail the epoch.
+        keyed: False for a non-keyed `CoProcessFunction` (`plan.operators.coprocess`): the rows' `__key` is a
+            bucket, not a key — no `open`, no keyed state, no timers, `get_current_key()` is None.
     """
 
     label: str
@@ -94,6 +96,7 @@ class ProcessSpec:
     topics: str = ""
     bound_ms: int | None = None
     on_error: OperatorErrors | None = None
+    keyed: bool = True
 
 
 def user_key(value: Any, key_fields: tuple[str, ...]) -> Any:
@@ -138,12 +141,19 @@ class _Context(KeyedContext, TimerService):
 
     # -- KeyedContext --------------------------------------------------------------------------------------------
     def get_current_key(self) -> Any:
+        if not self._spec.keyed:
+            return None
         return user_key(self._call.book.key, self._spec.key_fields)
 
     def timestamp(self) -> int | None:
         return self._call.timestamp
 
     def timer_service(self) -> TimerService:
+        if not self._spec.keyed:
+            raise KeyedStateError(
+                f"{self._spec.label}: timers need keyed streams (as in Flink): key both inputs, "
+                "a.key_by(k).connect(b.key_by(k)), and use a KeyedCoProcessFunction"
+            )
         return self
 
     def output(self, tag: OutputTag, value: dict[str, Any]) -> None:
@@ -211,7 +221,8 @@ class KeyedProcessor(StatefulProcessor):
         self._book_state = handle.getValueState(BOOK, CELL)
         self._row = Row(*spec.columns)
         try:
-            spec.function.open(self._runtime)
+            if spec.keyed:
+                spec.function.open(self._runtime)
         except EtherealKafkaError:
             raise
         except Exception as exc:

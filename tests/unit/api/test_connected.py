@@ -75,17 +75,25 @@ def test_keyed_connect_process_is_one_node_reading_both_inputs() -> None:
     assert isinstance(keyed_later.process(Shared(), output_type="x long").node, g.CoProcessNode)
 
 
-def test_connected_process_refuses_unkeyed_inputs_wrong_functions_and_other_jobs() -> None:
+def test_unkeyed_connect_process_is_a_co_process_node_that_is_not_keyed() -> None:
     env = StreamExecutionEnvironment()
     a, b = env.from_source("a"), env.from_source("b")
-    with pytest.raises(GraphError, match="needs both keyed"):
+    node = a.connect(b).process(Shared(), output_type="x long").node
+    assert isinstance(node, g.CoProcessNode) and not node.keyed and node.inputs == (a.node, b.node)
+    assert a.key_by("u").connect(b.key_by("u")).process(Shared(), output_type="x long").node.keyed
+
+
+def test_connected_process_refuses_half_keyed_inputs_wrong_functions_and_other_jobs() -> None:
+    env = StreamExecutionEnvironment()
+    a, b = env.from_source("a"), env.from_source("b")
+    with pytest.raises(GraphError, match=r"needs both keyed .* or neither"):
         a.connect(b.key_by("user")).process(Shared())
 
     class Single(KeyedProcessFunction):
         def process_element(self, value: dict[str, Any], ctx: Any) -> Any:
             yield value
 
-    with pytest.raises(GraphError, match="takes a KeyedCoProcessFunction"):
+    with pytest.raises(GraphError, match="takes a KeyedCoProcessFunction or a CoProcessFunction"):
         a.key_by("u").connect(b.key_by("u")).process(Single())
     with pytest.raises(GraphError, match="time_mode is auto, event or processing"):
         a.key_by("u").connect(b.key_by("u")).process(Shared(), time_mode="soon")

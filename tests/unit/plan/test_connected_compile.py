@@ -108,3 +108,19 @@ def test_inputs_that_cannot_be_connected_are_refused_naming_the_operator(spark: 
         )
     with pytest.raises(GraphError, match=r"different fields .* give process\(\.\.\., output_type="):
         compile_co_process(_ctx(spark), _node(), [events, _stream(spark, "user string, ts long", "user")])
+
+
+def test_unkeyed_inputs_are_bucketed_and_give_an_unkeyed_stream(spark: SparkSession) -> None:
+    events = _stream(spark, "user string, amount long, ts long", "user", keyed=False)
+    limits = _stream(spark, "account string, lim long, ts long", "account", keyed=False)
+    out = compile_co_process(
+        _ctx(spark), _node(output_type="user string, n long", keyed=False), [events, limits]
+    )
+    assert out.frame.columns == ["user", "n", "__ts", "__seq"]
+    assert not out.keyed and out.stateful and out.watermarked
+    with pytest.raises(GraphError, match="a CoProcessFunction connects two non-keyed streams"):
+        compile_co_process(
+            _ctx(spark),
+            _node(output_type="n long", keyed=False),
+            [events, _stream(spark, "user string, ts long", "user")],
+        )

@@ -11,10 +11,16 @@ from typing import Any
 import pytest
 from pyspark.sql import Row
 
-from ethereal_kafka.api.functions import KeyedContext, KeyedCoProcessFunction, RuntimeContext
+from ethereal_kafka.api.functions import (
+    CoProcessFunction,
+    KeyedContext,
+    KeyedCoProcessFunction,
+    RuntimeContext,
+)
 from ethereal_kafka.api.state import ValueStateDescriptor
 from ethereal_kafka.plan.operators.base import OutputLayout
 from ethereal_kafka.plan.operators.coprocess import CoKeyedProcessor, connected_order
+from ethereal_kafka.plan.operators.keyed_state import KeyedStateError
 from ethereal_kafka.plan.operators.process import ProcessSpec
 from tests.unit.plan.fake_spark_state import FakeHandle, FakeStore, run_epoch
 
@@ -131,3 +137,42 @@ def test_an_output_of_the_wrong_type_fails_naming_the_operator() -> None:
     with pytest.raises(Exception, match=r"coprocess#5") as failure:
         run_epoch(processor, store, [_limit("a", 10, 0, 5)], 0, 1)
     assert "\n" not in str(failure.value)
+
+
+class Tag(CoProcessFunction):
+    """A non-keyed co-process function: each element named by its input and time; timers refused."""
+
+    def process_element1(self, value: dict[str, Any], ctx: KeyedContext) -> Any:
+        if value["amount"] < 0:
+            ctx.timer_service()
+        yield {
+            "user": value["user"],
+            "what": f"event {value['amount']} at {ctx.timestamp()} key {ctx.get_current_key()}",
+        }
+
+    def process_element2(self, value: dict[str, Any], ctx: KeyedContext) -> Any:
+        yield {"user": value["account"], "what": f"limit {value['limit']} at {ctx.timestamp()}"}
+
+
+def test_a_non_keyed_co_process_function_sees_both_inputs_in_the_connected_order_without_key_or_timers() -> (
+    None
+):
+    spec = ProcessSpec(
+        "coprocess#6", Tag(), "processing", False, (), OutputLayout(("user", "what")), COLUMNS, keyed=False
+    )
+    rows = [_event("a", 20, 0, 7), _limit("b", 10, 0, 5), _event("c", 20, 1, 6)]
+    outputs = set()
+    for permutation in itertools.permutations(rows):
+        store = FakeStore()
+        processor = CoKeyedProcessor(spec)
+        processor.init(FakeHandle(store))
+        bucketed = [
+            Row(**{**r.asDict(), "__key": 3}) for r in permutation
+        ]  # one bucket, as the compiler may give
+        outputs.add(tuple(_whats(run_epoch(processor, store, bucketed, 0, 1))))
+    assert outputs == {("limit 5 at 10", "event 7 at 20 key None", "event 6 at 20 key None")}
+    assert not store.values and not store.timers, "no state, no timers"
+    processor = CoKeyedProcessor(spec)
+    processor.init(FakeHandle(FakeStore()))
+    with pytest.raises(KeyedStateError, match="coprocess#6: timers need keyed streams"):
+        run_epoch(processor, FakeStore(), [_event("a", 1, 0, -1)], 0, 1)
