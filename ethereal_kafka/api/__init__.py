@@ -11,17 +11,32 @@ def build(env: StreamExecutionEnvironment) -> None:
         .sink_to("counts"))
 """
 
-from ethereal_kafka.api.datastream import DataStream, KeyedStream, WindowedStream
+from ethereal_kafka.api.datastream import (
+    BroadcastConnectedStream,
+    BroadcastStream,
+    ConnectedStreams,
+    DataStream,
+    KeyedStream,
+    WindowedStream,
+)
 from ethereal_kafka.api.environment import StreamExecutionEnvironment
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.functions import (
     AggregateFunction,
+    BroadcastContext,
+    BroadcastProcessFunction,
+    CoFlatMapFunction,
+    CoMapFunction,
+    CoProcessFunction,
     FilterFunction,
     FlatMapFunction,
+    KeyedBroadcastProcessFunction,
     KeyedContext,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     MapFunction,
     ProcessWindowFunction,
+    ReadOnlyBroadcastContext,
     ReduceFunction,
     RuntimeContext,
     TimerService,
@@ -60,6 +75,14 @@ __all__ = [
     "AggregateFunction",
     "AggregatingState",
     "AggregatingStateDescriptor",
+    "BroadcastConnectedStream",
+    "BroadcastContext",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
+    "CoFlatMapFunction",
+    "CoMapFunction",
+    "CoProcessFunction",
+    "ConnectedStreams",
     "ContinuousEventTimeTrigger",
     "CountTrigger",
     "CountWindows",
@@ -71,6 +94,8 @@ __all__ = [
     "FlatMapFunction",
     "GlobalWindows",
     "GraphError",
+    "KeyedBroadcastProcessFunction",
+    "KeyedCoProcessFunction",
     "KeyedContext",
     "KeyedProcessFunction",
     "KeyedStream",
@@ -82,6 +107,7 @@ __all__ = [
     "OutputTag",
     "ProcessWindowFunction",
     "PurgingTrigger",
+    "ReadOnlyBroadcastContext",
     "ReduceFunction",
     "RuntimeContext",
     "SlidingEventTimeWindows",

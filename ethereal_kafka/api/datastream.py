@@ -10,10 +10,11 @@ runs per record in Python on the executors. Both are deterministic as long as th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar, overload
 
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
+from ethereal_kafka.api.state import MapStateDescriptor
 from ethereal_kafka.api.tags import OutputTag
 from ethereal_kafka.api.time import Duration, as_duration
 from ethereal_kafka.api.watermarks import WatermarkStrategy
@@ -193,6 +194,52 @@ class DataStream:
         else:
             attrs["key"] = _fields(key)[0]
         return self._then(g.LookupJoinNode, **attrs)
+
+    def broadcast(self, *descriptors: MapStateDescriptor) -> BroadcastStream:
+        """Broadcast this stream (Flink's `broadcast(descriptor)`): connected to another stream
+        (`events.key_by(k).connect(rules.broadcast(d))`), every element of it reaches every parallel instance, and
+        `process_broadcast_element` keeps the broadcast state `descriptors` name (maps, the same everywhere).
+
+        Raises:
+            GraphError: no descriptor, a descriptor that is not a `MapStateDescriptor`, or a name twice.
+        """
+        if not descriptors:
+            raise GraphError("broadcast needs at least one MapStateDescriptor (the broadcast state)")
+        for descriptor in descriptors:
+            if not isinstance(descriptor, MapStateDescriptor):
+                raise GraphError(f"broadcast state is described by MapStateDescriptors, got {descriptor!r}")
+        names = [d.name for d in descriptors]
+        if len(set(names)) != len(names):
+            raise GraphError(f"broadcast state names repeat: {', '.join(names)}")
+        node = self.env.add(g.BroadcastNode, (self.node,), descriptors=tuple(descriptors))
+        return BroadcastStream(self.env, node)
+
+    @overload
+    def connect(self, other: BroadcastStream) -> BroadcastConnectedStream: ...
+
+    @overload
+    def connect(self, other: DataStream) -> ConnectedStreams: ...
+
+    def connect(self, other: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStream:
+        """Connect with `other` (Flink's `connect`): two streams, possibly of different types, processed by one
+        function with a method per input — `map`/`flat_map` with a `CoMapFunction`/`CoFlatMapFunction`, or, when
+        both are keyed alike, `process` with a `KeyedCoProcessFunction` whose state and timers both inputs share
+        (with neither keyed, a `CoProcessFunction`).
+        With a `BroadcastStream` (`rules.broadcast(descriptor)`): `process` with a `KeyedBroadcastProcessFunction`
+        (this stream keyed) or a `BroadcastProcessFunction`.
+
+        Raises:
+            GraphError: `other` is not a stream of the same job.
+        """
+        if isinstance(other, BroadcastStream):
+            if other.env is not self.env:
+                raise GraphError("connect: both streams must belong to the same job (environment)")
+            return BroadcastConnectedStream(self, other)
+        if not isinstance(other, DataStream):
+            raise GraphError(f"connect takes another stream, got {other!r}")
+        if other.env is not self.env:
+            raise GraphError("connect: both streams must belong to the same job (environment)")
+        return ConnectedStreams(self, other)
 
     # -- outputs -------------------------------------------------------------------------------------------------
     def get_side_output(self, tag: OutputTag) -> DataStream:
@@ -443,5 +490,150 @@ class IntervalJoinBuilder:
             upper_inclusive=self._inclusive[1],
             function=function,
             output_type=output_type,
+        )
+        return DataStream(env, node)
+
+
+class ConnectedStreams:
+    """Two streams connected (`first.connect(second)`): one function handles both, with a method per input.
+
+    `map`/`flat_map` are per element and keep no state (each input's elements go through its method; the outputs
+    are merged). `process` with both inputs keyed alike (`a.key_by(k).connect(b.key_by(k))`) runs a
+    `KeyedCoProcessFunction`, which sees, per key, both inputs' elements interleaved in the connected order — event
+    time, then input (first before second), then source partition and offset — the same on every replay; with
+    neither keyed, a `CoProcessFunction` (no state, no timers; the same order within each bucket of elements).
+    """
+
+    def __init__(self, first: DataStream, second: DataStream) -> None:
+        self.first, self.second = first, second
+
+    def key_by(
+        self,
+        key1: str | Iterable[str] | Callable[[dict[str, Any]], Any],
+        key2: str | Iterable[str] | Callable[..., Any],
+    ) -> ConnectedStreams:
+        """Key both inputs (`key1` for the first, `key2` for the second; see `DataStream.key_by`)."""
+        return ConnectedStreams(self.first.key_by(key1), self.second.key_by(key2))
+
+    def map(self, function: Any, output_type: str | None = None) -> DataStream:
+        """A `CoMapFunction`: `map1` per element of the first input, `map2` per element of the second; both give
+        elements of `output_type` (Spark DDL; default: the inputs' type, which must then be the same)."""
+        one = self.first.map(_method(function, "map1"), output_type)
+        return one.union(self.second.map(_method(function, "map2"), output_type))
+
+    def flat_map(self, function: Any, output_type: str | None = None) -> DataStream:
+        """A `CoFlatMapFunction`: `flat_map1`/`flat_map2`, zero or more elements each (see `map`)."""
+        one = self.first.flat_map(_method(function, "flat_map1"), output_type)
+        return one.union(self.second.flat_map(_method(function, "flat_map2"), output_type))
+
+    def process(
+        self,
+        function: Any,
+        output_type: str | None = None,
+        side_outputs: Iterable[OutputTag] = (),
+        time_mode: str = "auto",
+    ) -> DataStream:
+        """Run a `KeyedCoProcessFunction` (shared keyed state, timers, side outputs) over both keyed inputs, or a
+        `CoProcessFunction` (side outputs; no state, no timers) over two non-keyed inputs.
+
+        Args:
+            output_type: Spark DDL of the main output (default: the inputs' type, when both have the same).
+            side_outputs: Every tag the function emits to (read them with `get_side_output`).
+            time_mode: `event`, `processing` or `auto` (see `graph.ProcessNode`).
+
+        Raises:
+            GraphError: one input keyed and the other not, a bad time mode, or a side output without a type.
+        """
+        keyed = isinstance(self.first, KeyedStream), isinstance(self.second, KeyedStream)
+        if keyed[0] != keyed[1]:
+            raise GraphError(
+                "process on connected streams needs both keyed (a.key_by(k).connect(b.key_by(k)), for a "
+                "KeyedCoProcessFunction) or neither (a CoProcessFunction)"
+            )
+        for method in ("process_element1", "process_element2"):
+            if not callable(getattr(function, method, None)):
+                raise GraphError(
+                    "process on connected streams takes a KeyedCoProcessFunction or a CoProcessFunction "
+                    "(an object with process_element1 and process_element2)"
+                )
+        if time_mode not in ("auto", "event", "processing"):
+            raise GraphError("time_mode is auto, event or processing")
+        tags = tuple(side_outputs)
+        for tag in tags:
+            if tag.output_type is None:
+                raise GraphError(f"side output {tag.name!r} of a process function needs an output_type")
+        env = self.first.env
+        node = env.add(
+            g.CoProcessNode,
+            (self.first.node, self.second.node),
+            function=function,
+            output_type=output_type,
+            side_outputs=tags,
+            time_mode=time_mode,
+            keyed=keyed[0],
+        )
+        return DataStream(env, node)
+
+
+class BroadcastStream:
+    """A stream broadcast with its broadcast state (`stream.broadcast(descriptor)`): connect a stream to it."""
+
+    def __init__(self, env: GraphOwner, node: g.BroadcastNode) -> None:
+        self.env = env
+        self.node = node
+
+
+class BroadcastConnectedStream:
+    """A stream connected with a broadcast stream: `process` it with a `KeyedBroadcastProcessFunction` (the stream
+    keyed) or a `BroadcastProcessFunction`.
+
+    Order: per epoch, each parallel instance meets the broadcast input's elements and its share of the other
+    input's in the connected order (event time, then the non-broadcast input first, then partition and offset), so
+    the broadcast state an element reads is a function of the offsets — the same on every instance and replay.
+    """
+
+    def __init__(self, stream: DataStream, broadcast: BroadcastStream) -> None:
+        self.stream, self.broadcast = stream, broadcast
+
+    def process(
+        self,
+        function: Any,
+        output_type: str | None = None,
+        side_outputs: Iterable[OutputTag] = (),
+        time_mode: str = "auto",
+    ) -> DataStream:
+        """Run the function (see the class docstring).
+
+        Args:
+            output_type: Spark DDL of the main output (default: the non-broadcast input's type).
+            side_outputs: Every tag the function emits to (read them with `get_side_output`).
+            time_mode: `event`, `processing` or `auto`, for the timers of a keyed function that defines
+                `on_timer` (see `KeyedStream.process`).
+
+        Raises:
+            GraphError: the function lacks `process_element`/`process_broadcast_element`, a bad time mode, or a
+                side output has no type.
+        """
+        if time_mode not in ("auto", "event", "processing"):
+            raise GraphError("time_mode is auto, event or processing")
+        for method in ("process_element", "process_broadcast_element"):
+            if not callable(getattr(function, method, None)):
+                raise GraphError(
+                    "process on a broadcast-connected stream takes a KeyedBroadcastProcessFunction or a "
+                    f"BroadcastProcessFunction (no {method})"
+                )
+        tags = tuple(side_outputs)
+        for tag in tags:
+            if tag.output_type is None:
+                raise GraphError(f"side output {tag.name!r} of a process function needs an output_type")
+        env = self.stream.env
+        node = env.add(
+            g.BroadcastProcessNode,
+            (self.stream.node, self.broadcast.node),
+            function=function,
+            output_type=output_type,
+            side_outputs=tags,
+            keyed=isinstance(self.stream, KeyedStream),
+            time_mode=time_mode,
         )
         return DataStream(env, node)

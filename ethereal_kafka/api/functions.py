@@ -170,3 +170,154 @@ class KeyedProcessFunction(ABC):
     def on_timer(self, timestamp: int, ctx: KeyedContext) -> Iterable[Element] | None:
         """Handle a timer registered for the current key."""
         return None
+
+
+class CoMapFunction(ABC):
+    """One element in, one element out, on two connected streams (Flink's CoMapFunction): `map1` for the first
+    stream's elements, `map2` for the second's. Both must return elements of the same output type."""
+
+    @abstractmethod
+    def map1(self, value: Element) -> Element:
+        """Called once per element of the first stream, on an executor."""
+
+    @abstractmethod
+    def map2(self, value: Element) -> Element:
+        """Called once per element of the second stream, on an executor."""
+
+
+class CoFlatMapFunction(ABC):
+    """Zero or more elements out per element in, on two connected streams (Flink's CoFlatMapFunction)."""
+
+    @abstractmethod
+    def flat_map1(self, value: Element) -> Iterable[Element]:
+        """Called once per element of the first stream; yields or returns the output elements."""
+
+    @abstractmethod
+    def flat_map2(self, value: Element) -> Iterable[Element]:
+        """Called once per element of the second stream; yields or returns the output elements."""
+
+
+class KeyedCoProcessFunction(ABC):
+    """Low-level processing of two keyed streams connected on the same key (Flink's KeyedCoProcessFunction): both
+    inputs share the key's state and timers (the machinery of `KeyedProcessFunction`).
+
+    Lifecycle: `open(runtime_context)` once per executor-side instance (declare state there); per key and epoch,
+    `process_element1` for the first stream's elements and `process_element2` for the second's, interleaved in the
+    connected order (event time, then input — the first before the second —, then source partition and offset:
+    a function of the offsets, so a replayed epoch sees the same interleaving); `on_timer` when a timer fires.
+    Outputs are yielded (or returned as a list).
+    """
+
+    def open(self, runtime_context: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Declare state here."""
+
+    @abstractmethod
+    def process_element1(self, value: Element, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle one element of the first stream."""
+
+    @abstractmethod
+    def process_element2(self, value: Element, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle one element of the second stream."""
+
+    def on_timer(self, timestamp: int, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle a timer registered for the current key (by either input)."""
+        return None
+
+
+class CoProcessFunction(ABC):
+    """Low-level processing of two connected streams that are not keyed (Flink's CoProcessFunction):
+    `process_element1` for the first stream's elements, `process_element2` for the second's, with the element's
+    time (`ctx.timestamp()`) and side outputs (`ctx.output`). No keyed state and no timers (`ctx.timer_service()`
+    raises, as Flink's does on a non-keyed stream): key both inputs and use a `KeyedCoProcessFunction` for those.
+    Within an epoch the two inputs meet in the connected order, as in `KeyedCoProcessFunction`.
+    """
+
+    @abstractmethod
+    def process_element1(self, value: Element, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle one element of the first stream (`ctx.get_current_key()` is None)."""
+
+    @abstractmethod
+    def process_element2(self, value: Element, ctx: KeyedContext) -> Iterable[Element] | None:
+        """Handle one element of the second stream."""
+
+
+class ReadOnlyBroadcastContext(KeyedContext):
+    """The context handed to `process_element` (and `on_timer`) of a broadcast process function: the element's
+    time (the timer's in `on_timer`), the key's timers (`timer_service()`: keyed functions that define `on_timer`),
+    side outputs, and the broadcast state read-only."""
+
+    def get_broadcast_state(self, descriptor: MapStateDescriptor) -> MapState:
+        """The broadcast state `descriptor` names, as of this element (reads only: a write raises
+        `BroadcastStateError`)."""
+        raise NotImplementedError
+
+
+class BroadcastContext:
+    """The context handed to `process_broadcast_element`: the broadcast state (writable), every key's keyed state
+    (`apply_to_keyed_state`), the element's time and side outputs."""
+
+    def get_broadcast_state(self, descriptor: MapStateDescriptor) -> MapState:
+        """The broadcast state `descriptor` names (one of those given to `broadcast(...)`)."""
+        raise NotImplementedError
+
+    def apply_to_keyed_state(self, descriptor: Any, function: Any) -> None:
+        """Call `function(key, state)` for every key that has been seen, with its state `descriptor` names
+        (declared in `open`), in a deterministic order (keyed broadcast functions only)."""
+        raise NotImplementedError
+
+    def timestamp(self) -> int | None:
+        """The broadcast element's event time (epoch ms), or None."""
+        raise NotImplementedError
+
+    def current_watermark(self) -> int:
+        """The watermark of the current epoch."""
+        raise NotImplementedError
+
+    def output(self, tag: OutputTag, value: Element) -> None:
+        """Emit `value` to the side output `tag`."""
+        raise NotImplementedError
+
+
+class KeyedBroadcastProcessFunction(ABC):
+    """A keyed stream connected with a broadcast stream (Flink's KeyedBroadcastProcessFunction): every key sees the
+    same broadcast state, which only `process_broadcast_element` changes; `process_element` reads it and has keyed
+    state.
+
+    Lifecycle: `open(runtime_context)` once per executor-side instance (declare keyed state there); then, per
+    epoch, the elements of both inputs in the connected order (event time, then the keyed input before the
+    broadcast one, then partition and offset): `process_element` for a keyed element, `process_broadcast_element`
+    for a broadcast element — which, with every element of the broadcast input, sees and updates the same
+    broadcast state. What `process_broadcast_element` yields is emitted once (not once per parallel instance as in
+    Flink). `on_timer` when a timer a key registered (`ctx.timer_service()` in `process_element` or `on_timer`)
+    fires, interleaved with the elements as in `KeyedProcessFunction`; it has the key's state and reads the
+    broadcast state.
+    """
+
+    def open(self, runtime_context: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Declare keyed state here."""
+
+    @abstractmethod
+    def process_element(self, value: Element, ctx: ReadOnlyBroadcastContext) -> Iterable[Element] | None:
+        """Handle one element of the keyed input."""
+
+    @abstractmethod
+    def process_broadcast_element(self, value: Element, ctx: BroadcastContext) -> Iterable[Element] | None:
+        """Handle one element of the broadcast input."""
+
+    def on_timer(self, timestamp: int, ctx: ReadOnlyBroadcastContext) -> Iterable[Element] | None:
+        """Handle a timer registered for the current key (a function that does not override this has no
+        timers)."""
+        return None
+
+
+class BroadcastProcessFunction(ABC):
+    """A (non-keyed) stream connected with a broadcast stream (Flink's BroadcastProcessFunction): as
+    `KeyedBroadcastProcessFunction` without keyed state (`ctx.get_current_key()` is None)."""
+
+    @abstractmethod
+    def process_element(self, value: Element, ctx: ReadOnlyBroadcastContext) -> Iterable[Element] | None:
+        """Handle one element of the non-broadcast input."""
+
+    @abstractmethod
+    def process_broadcast_element(self, value: Element, ctx: BroadcastContext) -> Iterable[Element] | None:
+        """Handle one element of the broadcast input."""

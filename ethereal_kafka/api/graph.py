@@ -222,6 +222,53 @@ class ProcessNode(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class CoProcessNode(ProcessNode):
+    """A `KeyedCoProcessFunction` on two keyed streams connected (`a.key_by(k).connect(b.key_by(k))`):
+    `inputs = (first, second)`, keyed alike. The attributes are a `ProcessNode`'s; both inputs share the key's state
+    and timers, and `output_type` is needed unless both inputs have the same fields and types.
+
+    Attributes:
+        keyed: False for a `CoProcessFunction` on two non-keyed streams (`a.connect(b).process(f)`: no state, no
+            timers).
+    """
+
+    keyed: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class BroadcastNode(Node):
+    """A stream broadcast to every parallel instance of the operator it is connected to (`stream.broadcast(...)`),
+    with the broadcast state it carries: only a `BroadcastProcessNode` reads it.
+
+    Attributes:
+        descriptors: The `MapStateDescriptor`s of the broadcast state (by name).
+    """
+
+    descriptors: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class BroadcastProcessNode(Node):
+    """A `KeyedBroadcastProcessFunction` (keyed input) or `BroadcastProcessFunction` on a stream connected with a
+    broadcast stream: `inputs = (stream, broadcast)`, the second a `BroadcastNode`.
+
+    Attributes:
+        function: The user's function.
+        output_type: Spark DDL of the main output's elements (default: the first input's type).
+        side_outputs: Tags the function may emit to (each with its `output_type`).
+        keyed: The first input is keyed (keyed state and `apply_to_keyed_state`).
+        time_mode: `event`, `processing` or `auto`, for the timers of a keyed function with `on_timer` (see
+            `ProcessNode`).
+    """
+
+    function: Any = None
+    output_type: str | None = None
+    side_outputs: tuple[OutputTag, ...] = ()
+    keyed: bool = False
+    time_mode: str = "auto"
+
+
+@dataclass(frozen=True, eq=False)
 class SideOutputNode(Node):
     """The elements an operator emitted to `tag` (its input is that operator)."""
 

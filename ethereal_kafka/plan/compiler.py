@@ -19,7 +19,7 @@ from ethereal_kafka.api import graph as g
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 
 # The operator modules register their node compilers when imported (`plan.context.register`).
-from ethereal_kafka.plan import joins, keyed, lookup, stateless, windows  # noqa: F401
+from ethereal_kafka.plan import broadcast, connected, joins, keyed, lookup, stateless, windows  # noqa: F401
 from ethereal_kafka.plan.classify import classify
 from ethereal_kafka.plan.context import CompileContext
 from ethereal_kafka.plan.lookup import pin_lookup_tables

@@ -62,13 +62,16 @@ class CompileContext:
     user_errors: UserErrors | None = None
     _memo: dict[int, Stream] = field(default_factory=dict)
 
-    def errors_for(self, node: g.Node, positioned: bool) -> OperatorErrors | None:
+    def errors_for(
+        self, node: g.Node, positioned: bool, placed_by: g.Node | None = None
+    ) -> OperatorErrors | None:
         """`node`'s policy for user code that raises on an element (`plan.user_errors`); None when the job has no
         `on.user.error` settings (then every error fails the epoch). `positioned`: the operator's elements carry
-        their source record's position."""
+        their source record's position; `placed_by`: the input whose source topic they come from (default: all
+        of `node`'s inputs — a broadcast operator dead-letters only its non-broadcast input's elements)."""
         if self.user_errors is None:
             return None
-        return self.user_errors.for_node(node, self.query, self.sources, positioned)
+        return self.user_errors.for_node(node, self.query, self.sources, positioned, placed_by)
 
     def compile(self, node: g.Node) -> Stream:
         """The compiled stream of `node` (each node compiled once per query).

@@ -242,6 +242,17 @@ def _operator(node: g.Node, window_native: Any, join_native: Any) -> tuple[str, 
     if isinstance(node, g.RollingNode):
         what = node.field_name if node.kind in ("sum", "min", "max") else _name(node.function)
         return "rolling", f"rolling {node.kind} {what}", FRAMEWORK, {"kind": node.kind}
+    if isinstance(node, g.CoProcessNode):
+        tags = [t.name for t in node.side_outputs]
+        detail = {"time_mode": node.time_mode, "side_outputs": tags, "inputs": 2}
+        return "coprocess", f"co-process {_name(node.function)}", FRAMEWORK, detail
+    if isinstance(node, g.BroadcastProcessNode):
+        tags = [t.name for t in node.side_outputs]
+        detail = {"keyed": node.keyed, "side_outputs": tags, "inputs": 2}
+        return "broadcast_process", f"broadcast process {_name(node.function)}", FRAMEWORK, detail
+    if isinstance(node, g.BroadcastNode):
+        names = [d.name for d in node.descriptors]
+        return "broadcast", f"broadcast {', '.join(names)}", SPARK, {"state": names}
     if isinstance(node, g.ProcessNode):
         tags = [t.name for t in node.side_outputs]
         detail = {"time_mode": node.time_mode, "side_outputs": tags}

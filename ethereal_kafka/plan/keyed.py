@@ -65,21 +65,24 @@ def event_time_bound(node: g.Node) -> int | None:
     return next(iter(found.values())) if len(found) == 1 else None
 
 
-def _input_struct(stream: Stream) -> pa.StructType:
+def input_struct(stream: Stream) -> pa.StructType:
+    """A stream's user fields as an Arrow struct."""
     arrow = arrow_of(stream.frame.schema)
     return pa.struct([arrow.field(f) for f in stream.fields])
 
 
-def _output_schema(stream: Stream, user: pa.StructType, sides: list[tuple[str, pa.StructType]]) -> StructType:
-    """Spark schema of an operator's rows: user fields, `__ts`, `__key`, then `__tag` and one struct per side output
-    (`sides`: tag name and fields)."""
+def output_schema(
+    stream: Stream, user: pa.StructType, sides: list[tuple[str, pa.StructType]], key_type: Any = None
+) -> StructType:
+    """Spark schema of an operator's rows: user fields, `__ts`, `__key` (of `key_type`, default `stream`'s key
+    type), then `__tag` and one struct per side output (`sides`: tag name and fields)."""
     from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
     from ethereal_kafka.plan.schema import spark_struct
 
     fields = list(spark_struct(user).fields)
     fields.append(StructField(TS, TimestampType(), True))
-    fields.append(StructField(KEY, stream.frame.schema[KEY].dataType, True))
+    fields.append(StructField(KEY, key_type or stream.frame.schema[KEY].dataType, True))
     if sides:
         fields.append(StructField(TAG, StringType(), True))
     for name, side in sides:
@@ -87,7 +90,8 @@ def _output_schema(stream: Stream, user: pa.StructType, sides: list[tuple[str, p
     return StructType(fields)
 
 
-def _check_picklable(label: str, spec: Any) -> None:
+def check_picklable(label: str, spec: Any) -> None:
+    """Raise `GraphError` naming `label` when `spec` cannot be pickled for the executors."""
     from pyspark import cloudpickle
 
     try:
@@ -99,7 +103,9 @@ def _check_picklable(label: str, spec: Any) -> None:
         ) from exc
 
 
-def _finish(stream: Stream, frame: Any, **changes: Any) -> Stream:
+def finish_keyed(stream: Stream, frame: Any, **changes: Any) -> Stream:
+    """The stream of a keyed framework operator's `frame` (shaped like `stream`; `__ts` dropped without event
+    time)."""
     if not stream.event_time:
         frame = frame.drop(TS)
     return Stream.of(
@@ -120,7 +126,7 @@ def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Strea
             f"{node.label}: process takes a KeyedProcessFunction (an object with process_element)"
         )
     mode = resolve_time_mode(node, stream)
-    user = arrow_struct(node.output_type, node.label) if node.output_type else _input_struct(stream)
+    user = arrow_struct(node.output_type, node.label) if node.output_type else input_struct(stream)
     tags = node.side_outputs
     names = [t.name for t in tags]
     if len(set(names)) != len(names):
@@ -136,7 +142,7 @@ def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Strea
             for n, side in zip(names, sides, strict=True)
         ),
     )
-    schema = _output_schema(stream, user, list(zip(names, sides, strict=True)))
+    schema = output_schema(stream, user, list(zip(names, sides, strict=True)))
     spec = ProcessSpec(
         node.label,
         node.function,
@@ -149,14 +155,14 @@ def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Strea
         bound_ms=event_time_bound(node) if stream.watermarked else None,
         on_error=ctx.errors_for(node, stream.positioned),
     )
-    _check_picklable(node.label, spec)
+    check_picklable(node.label, spec)
     frame = transform(stream.frame, KeyedProcessor(spec), schema, SPARK_TIME_MODES[mode])
-    return _finish(stream, frame, tags=tags)
+    return finish_keyed(stream, frame, tags=tags)
 
 
 def _rolling_user(node: g.RollingNode, stream: Stream) -> tuple[pa.StructType, tuple[str, ...]]:
     """The output's user fields and, for `aggregate`, the fields that hold the key."""
-    inputs = _input_struct(stream)
+    inputs = input_struct(stream)
     if node.kind in ("sum", "min", "max"):
         name = node.field_name or ""
         if name not in stream.fields:
@@ -211,7 +217,7 @@ def compile_rolling(ctx: CompileContext, node: g.RollingNode, inputs: list[Strea
     layout = OutputLayout(
         tuple(f.name for f in user), main_type=ElementType.of(user, node.label, "output", defaulted=defaulted)
     )
-    schema = _output_schema(stream, user, [])
+    schema = output_schema(stream, user, [])
     spec = RollingSpec(
         node.label,
         node.kind,
@@ -222,6 +228,6 @@ def compile_rolling(ctx: CompileContext, node: g.RollingNode, inputs: list[Strea
         tuple(schema.fieldNames()),
         topics=source_topics(node, ctx.sources),
     )
-    _check_picklable(node.label, spec)
+    check_picklable(node.label, spec)
     frame = transform(stream.frame, RollingProcessor(spec), schema, "None")
-    return _finish(stream, frame)
+    return finish_keyed(stream, frame)

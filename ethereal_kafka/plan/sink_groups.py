@@ -22,7 +22,13 @@ from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 
 #: Node types that keep state between epochs.
-STATEFUL = (g.WindowNode, g.RollingNode, g.ProcessNode, g.JoinNode)
+STATEFUL = (
+    g.WindowNode,
+    g.RollingNode,
+    g.ProcessNode,
+    g.JoinNode,
+    g.BroadcastProcessNode,
+)  # CoProcessNode is a ProcessNode
 
 
 @dataclass(frozen=True)

@@ -58,15 +58,21 @@ class UserErrors:
     handoff: DeadLetterHandoff | None = None
 
     def for_node(
-        self, node: g.Node, query: str, sources: Mapping[str, Any], positioned: bool
+        self,
+        node: g.Node,
+        query: str,
+        sources: Mapping[str, Any],
+        positioned: bool,
+        placed_by: g.Node | None = None,
     ) -> OperatorErrors:
-        """The policy of one operator (`positioned`: its elements carry their source record's position).
+        """The policy of one operator (`positioned`: its elements carry their source record's position;
+        `placed_by`: the node whose source topic they come from, default `node`).
 
         With `dlq`, an operator whose elements cannot be placed (no position, or fed by several topics or a topic
         pattern: the position does not name the topic) keeps `dlq` for the error line only and fails; a warning
         says so when the job starts.
         """
-        place = _placement(node, sources) if positioned else None
+        place = _placement(placed_by or node, sources) if positioned else None
         if self.action == DLQ and place is None:
             log.warning(
                 "on.user.error=dlq: operator %s cannot dead-letter its elements (%s); an error there fails the "

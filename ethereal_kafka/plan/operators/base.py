@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 #: Schema of a state value holding one pickled Python value.
 PICKLED = "v binary"
 
-_MIN_TIME = -(2**62)
+MIN_TIME = -(2**62)
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ def element_order(row: dict[str, Any]) -> tuple[Any, ...]:
     stamp = (
         ts.timestamp()
         if ts is not None and hasattr(ts, "timestamp")
-        else (ts if ts is not None else _MIN_TIME)
+        else (ts if ts is not None else MIN_TIME)
     )
     part = row.get(PART)
     offset = row.get(OFFSET)
@@ -220,7 +220,7 @@ def user_element(row: dict[str, Any]) -> dict[str, Any]:
 def millis(ts: Any) -> int:
     """Epoch milliseconds of a timestamp value (datetime or number)."""
     if ts is None:
-        return _MIN_TIME
+        return MIN_TIME
     if hasattr(ts, "timestamp"):
         return round(ts.timestamp() * 1000)
     return int(ts)

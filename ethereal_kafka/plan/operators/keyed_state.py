@@ -401,6 +401,11 @@ class KeyedRuntimeContext(RuntimeContext):
             lambda n: KeyedAggregatingState(self._handle.getValueState(n, CELL), self._scope, ttl, function),
         )
 
+    def declared(self, name: str) -> Any:
+        """The state object declared in `open()` under `name`, or None."""
+        found = self._declared.get(name)
+        return found[1] if found is not None else None
+
     @property
     def has_ttl(self) -> bool:
         """True when some declared state expires."""

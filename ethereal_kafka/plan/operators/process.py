@@ -82,6 +82,8 @@ class ProcessSpec:
         on_error: What to do when `process_element` raises (`plan.user_errors`; None: fail). An element it
             skips or dead-letters emits nothing (rows it emitted before raising are dropped); state it changed
             before raising stays changed. Errors in `on_timer` and `open` always fail the epoch.
+        keyed: False for a non-keyed `CoProcessFunction` (`plan.operators.coprocess`): the rows' `__key` is a
+            bucket, not a key — no `open`, no keyed state, no timers, `get_current_key()` is None.
     """
 
     label: str
@@ -94,6 +96,7 @@ class ProcessSpec:
     topics: str = ""
     bound_ms: int | None = None
     on_error: OperatorErrors | None = None
+    keyed: bool = True
 
 
 def user_key(value: Any, key_fields: tuple[str, ...]) -> Any:
@@ -138,12 +141,19 @@ class _Context(KeyedContext, TimerService):
 
     # -- KeyedContext --------------------------------------------------------------------------------------------
     def get_current_key(self) -> Any:
+        if not self._spec.keyed:
+            return None
         return user_key(self._call.book.key, self._spec.key_fields)
 
     def timestamp(self) -> int | None:
         return self._call.timestamp
 
     def timer_service(self) -> TimerService:
+        if not self._spec.keyed:
+            raise KeyedStateError(
+                f"{self._spec.label}: timers need keyed streams (as in Flink): key both inputs, "
+                "a.key_by(k).connect(b.key_by(k)), and use a KeyedCoProcessFunction"
+            )
         return self
 
     def output(self, tag: OutputTag, value: dict[str, Any]) -> None:
@@ -211,7 +221,8 @@ class KeyedProcessor(StatefulProcessor):
         self._book_state = handle.getValueState(BOOK, CELL)
         self._row = Row(*spec.columns)
         try:
-            spec.function.open(self._runtime)
+            if spec.keyed:
+                spec.function.open(self._runtime)
         except EtherealKafkaError:
             raise
         except Exception as exc:
@@ -219,7 +230,7 @@ class KeyedProcessor(StatefulProcessor):
         self._runtime.seal()
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
-        ordered = sorted_rows(rows)
+        ordered = self.ordered(rows)
         raw = self._book_state.get()
         book = TimerBook.unpack(loads(raw[0])) if raw is not None else TimerBook()
         book.key = ordered[0].get(KEY) if ordered else key[0]
@@ -234,7 +245,8 @@ class KeyedProcessor(StatefulProcessor):
             call.ts = stamp
             call.timestamp = millis(stamp) if stamp is not None else None
             call.row = row
-            self._run(self._spec.function.process_element, user_element(row), context, call, row)
+            method, element = self.handler(row)
+            self._run(method, element, context, call, row)
             call.row = None
         self._fire_due(call, context)
         if self._spec.on_error is not None and not self._spec.on_error.fails:
@@ -254,6 +266,15 @@ class KeyedProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+    # -- what a subclass may change (`plan.operators.coprocess`) -------------------------------------------------
+    def ordered(self, rows: Iterator[Any]) -> list[dict[str, Any]]:
+        """A key's input rows of the epoch as dicts, in the order the function sees them (`element_order`)."""
+        return sorted_rows(rows)
+
+    def handler(self, row: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The user method that handles `row`, and the element it is given."""
+        return self._spec.function.process_element, user_element(row)
 
     # -- steps ---------------------------------------------------------------------------------------------------
     def _begin(self, timer_values: Any, book: TimerBook, stored: bool) -> _Call:

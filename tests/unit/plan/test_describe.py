@@ -100,3 +100,60 @@ def test_dataframe_description_shows_queries_and_connectors() -> None:
         ("source:events", "copy/pipeline"),
         ("copy/pipeline", "sink:copy"),
     ]
+
+
+def test_connected_and_broadcast_operators_show_both_inputs() -> None:
+    from ethereal_kafka.api import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, MapStateDescriptor
+
+    class Co(KeyedCoProcessFunction):
+        def process_element1(self, value: Any, ctx: Any) -> Any:
+            return None
+
+        def process_element2(self, value: Any, ctx: Any) -> Any:
+            return None
+
+    class Rules(KeyedBroadcastProcessFunction):
+        def process_element(self, value: Any, ctx: Any) -> Any:
+            return None
+
+        def process_broadcast_element(self, value: Any, ctx: Any) -> Any:
+            return None
+
+    source = KafkaSourceConfig.from_properties(
+        {
+            "name": "events",
+            "bootstrap.servers": "b:9092",
+            "topics": "in",
+            "value.format": "json",
+            "value.schema": "user string, amount long, ts long",
+        }
+    )
+    rules = KafkaSourceConfig.from_properties(
+        {
+            "name": "rules",
+            "bootstrap.servers": "b:9092",
+            "topics": "r",
+            "value.format": "json",
+            "value.schema": "user string, limit long",
+        }
+    )
+    sources = {"events": source, "rules": rules}
+    sinks = {
+        n: KafkaSinkConfig.from_properties({"name": n, "bootstrap.servers": "b:9092", "topic": f"t-{n}"})
+        for n in ("co", "bc")
+    }
+    env = StreamExecutionEnvironment()
+    events, limits = env.from_source("events"), env.from_source("rules")
+    events.key_by("user").connect(limits.key_by("user")).process(Co(), output_type="n long").sink_to("co")
+    state = MapStateDescriptor("rules")
+    events.key_by("user").connect(limits.broadcast(state)).process(Rules()).sink_to("bc")
+    graph = env.graph()
+    plan = describe_graph(graph, group_sinks(graph, sources), sources, sinks, "exactly-once")
+    by_kind = {n["kind"]: n for n in plan["nodes"]}
+    co, bc = by_kind["coprocess"], by_kind["broadcast_process"]
+    assert co["label"].startswith("co-process ") and co["runs"] == bc["runs"] != by_kind["broadcast"]["runs"]
+    into = {(e["target"], e["source"]) for e in plan["edges"]}
+    co_inputs = sorted(s for t, s in into if t == co["id"])
+    assert len(co_inputs) == 2, co_inputs
+    bc_inputs = sorted(s for t, s in into if t == bc["id"])
+    assert by_kind["broadcast"]["id"] in bc_inputs and len(bc_inputs) == 2

@@ -7,12 +7,14 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import Row
 
+from ethereal_kafka.api import MapStateDescriptor, StreamExecutionEnvironment
 from ethereal_kafka.api.functions import KeyedContext, KeyedProcessFunction
 from ethereal_kafka.api.graph import OperatorRef
 from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter
@@ -20,7 +22,7 @@ from ethereal_kafka.plan.errors import UserFunctionError, failed_operator, user_
 from ethereal_kafka.plan.operators.base import OutputLayout
 from ethereal_kafka.plan.operators.process import KeyedProcessor, ProcessSpec
 from ethereal_kafka.plan.pyfuncs import PyStage
-from ethereal_kafka.plan.user_errors import OperatorErrors
+from ethereal_kafka.plan.user_errors import OperatorErrors, UserErrors
 from tests.unit.plan.fake_spark_state import FakeHandle, FakeStore, run_epoch
 
 HIDDEN = ("__part", "__off")
@@ -206,3 +208,22 @@ def test_the_operator_is_found_again_in_a_failure_text() -> None:
     assert failed_operator("operator 'a b' (map#2) at x.py:3: E") == {"name": "a b", "uid": "map#2"}
     assert failed_operator("operator map#2 (uid m-2): E") == {"name": "map#2", "uid": "m-2"}
     assert failed_operator("KafkaException: broker down") is None
+
+
+def test_a_broadcast_operator_places_its_elements_by_its_first_input_only() -> None:
+    class Function:
+        def process_element(self, value: Any, ctx: Any) -> None: ...
+
+        def process_broadcast_element(self, value: Any, ctx: Any) -> None: ...
+
+    env = StreamExecutionEnvironment()
+    events, rules = env.from_source("events"), env.from_source("rules")
+    node = events.key_by("user").connect(rules.broadcast(MapStateDescriptor("r"))).process(Function()).node
+    sources = {
+        name: SimpleNamespace(topics=(topic,), group=f"group-{name}", topic_pattern=None)
+        for name, topic in (("events", "tx"), ("rules", "rules-topic"))
+    }
+    policy = UserErrors("dlq", "dlq-topic", Kept())
+    assert policy.for_node(node, "q", sources, True).target is None, "two topics upstream: cannot place"
+    placed = policy.for_node(node, "q", sources, True, placed_by=node.inputs[0])
+    assert (placed.group, placed.topic, placed.target) == ("group-events", "tx", "dlq-topic")

@@ -1,0 +1,211 @@
+"""Connected streams and broadcast state end to end on the real broker. One job, two queries over the same inputs
+(events, and limit changes that are also fraud rules): a `KeyedCoProcessFunction` whose two keyed inputs share a
+user's state (`out`), and the fraud-rules example's `KeyedBroadcastProcessFunction` with the limits broadcast as
+rules (`alerts`). Each output is checked against a plain-Python reference (`ref_connected`) fed with the epochs
+Spark logged — through a restart and through SIGKILLs — and, with fixed epochs, against a run without kills byte
+for byte. Plus a `CoMapFunction` on unkeyed connected streams."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ethereal_kafka.testing.cluster import KafkaCluster
+from ethereal_kafka.testing.plugin import RunJob, TopicFactory
+from tests.integration import ref_connected as ref
+from tests.integration.api_helpers import ApiJob, base_ts, feed_events, read_json, read_records, write_api_job
+from tests.integration.connected_jobs import EVENT_DDL, LIMIT_DDL
+from tests.integration.ref_keyed import committed_epochs, dumps
+
+SINK = "value.format=json\nkey.format=string\n"
+KILLS = 4
+Reference = Callable[[list[list[ref.Record]], list[list[ref.Record]]], list[dict[str, Any]]]
+#: Each output: its sink, its reference, and the field that holds its key.
+OUTPUTS: tuple[tuple[str, Reference, str], ...] = (
+    ("out", ref.limit_check, "user"),
+    ("alerts", ref.rule_alerts, "card"),
+)
+
+
+def _job(
+    folder: Path, bootstrap: str, pipeline: str, topics: dict[str, str], max_records: int, extra: str = ""
+) -> ApiJob:
+    sinks = {name: (topics[name], SINK) for name in ("out", "alerts") if name in topics}
+    return write_api_job(
+        folder,
+        bootstrap,
+        f"tests.integration.connected_jobs:{pipeline}",
+        {
+            "events": (topics["events"], f"value.format=json\nvalue.schema={EVENT_DDL}\n"),
+            "limits": (topics["limits"], f"value.format=json\nvalue.schema={LIMIT_DDL}\n"),
+        },
+        sinks,
+        max_records=max_records,
+        extra_job=extra,
+    )
+
+
+def _topics(topic_factory: TopicFactory) -> dict[str, str]:
+    return {
+        "events": topic_factory(partitions=2),
+        "limits": topic_factory(partitions=1),
+        "out": topic_factory(partitions=2),
+        "alerts": topic_factory(partitions=2),
+    }
+
+
+def _split(
+    job: ApiJob, sink: str, records: tuple[list[ref.Record], list[ref.Record]], topics: dict[str, str]
+) -> Any:
+    epochs = committed_epochs(job.checkpoint / sink)
+    return (
+        ref.split(records[0], epochs, topics["events"]),
+        ref.split(records[1], epochs, topics["limits"]),
+        epochs,
+    )
+
+
+def _per_key(records: list[dict[str, Any]], field: str) -> dict[str, list[str]]:
+    """Each key's records in order: a key's records go to one partition, in the order the operator emitted them."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for record in records:
+        out[record[field]].append(dumps(record))
+    return dict(out)
+
+
+def _timed(
+    sink: str,
+    reference: Reference,
+    events: list[list[ref.Record]],
+    limits: list[list[ref.Record]],
+    marks: list[int],
+) -> list[dict[str, Any]]:
+    """The expected output of `sink` under `limits_and_timed_rules`: its `alerts` come from `FollowedRuleDetector`
+    (follow-up timers), whose reference needs each epoch's watermark."""
+    if sink == "alerts":
+        return ref.timed_rule_alerts(events, limits, marks)
+    return reference(events, limits)
+
+
+def test_rule_and_limit_changes_decide_from_the_next_record_on_and_state_survives_a_restart(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    bs = kafka_cluster.bootstrap
+    events, limits = ref.make_inputs(seed=3, events=240, limits=30, users=5, start=base_ts())
+    topics = _topics(topic_factory)
+    job = _job(tmp_path, bs, "limits_and_timed_rules", topics, max_records=60)
+    cut_events, cut_limits = len(events) * 6 // 10, len(limits) * 6 // 10
+    feed_events(bs, topics["events"], ref.feed_list(events[:cut_events]))
+    feed_events(bs, topics["limits"], ref.feed_list(limits[:cut_limits]))
+    run_job(job.path)
+    first_run = {sink: len(committed_epochs(job.checkpoint / sink)) for sink, _, _ in OUTPUTS}
+    first_alerts = Counter(map(dumps, read_json(bs, topics["alerts"])))
+    feed_events(bs, topics["events"], ref.feed_list(events[cut_events:]))
+    feed_events(bs, topics["limits"], ref.feed_list(limits[cut_limits:]))
+    run_job(job.path)  # a restart: keyed and broadcast state, and timers, come back from the checkpoint
+
+    for sink, reference, field in OUTPUTS:
+        event_split, limit_split, epochs = _split(job, sink, (events, limits), topics)
+        marks = [e.watermark_ms for e in epochs]
+        expected = _timed(sink, reference, event_split, limit_split, marks)
+        got = read_json(bs, topics[sink])
+        assert _per_key(got, field) == _per_key(expected, field), sink
+        # The second run's output follows from state the first run left: from empty state it would differ.
+        done = first_run[sink]
+        fresh = _timed(sink, reference, event_split[done:], limit_split[done:], marks[done:])
+        assert len(epochs) > done >= 2 and fresh and expected[len(expected) - len(fresh) :] != fresh, sink
+        print(f"{sink}: records={len(got)} epochs={len(epochs)} (first run {done})")
+    vip = [
+        r["verdict"] for r in read_json(bs, topics["out"]) if r["user"] == "vip" and r["amount"] is not None
+    ]
+    assert vip == ["ok", "over", "ok"], (
+        "limit 100, then 20, then removed: each decides from the next event on"
+    )
+    alerts = read_json(bs, topics["alerts"])
+    vip_alerts = [(r["tx_id"], r["threshold"]) for r in alerts if r["card"] == "vip" and r["kind"] != "timer"]
+    assert vip_alerts == [(900_001, 20.0)], (
+        "rule added (100), changed (20), removed: only the middle event alerts"
+    )
+    # Follow-up timers registered by the first run's transactions fired in the second run.
+    first_ts = max(r.ts for r in events[:cut_events])
+    second_run = Counter(map(dumps, alerts)) - first_alerts
+    carried = [
+        r
+        for r in alerts
+        if dumps(r) in second_run and r["kind"] == "timer" and r["ts"] - ref.FOLLOW_UP_MS <= first_ts
+    ]
+    follow_ups = sum(r["kind"] == "timer" for r in alerts)
+    assert carried and follow_ups > 100, (len(carried), follow_ups)
+    print(f"follow-up timers: {follow_ups}, {len(carried)} registered before the restart and fired after it")
+
+
+@pytest.mark.timeout(1500)
+def test_connected_and_broadcast_state_through_kills_match_the_reference_and_a_run_without_kills_byte_for_byte(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    from ethereal_kafka.testing.crash import compare, run_with_kills
+
+    bs = kafka_cluster.bootstrap
+    events, limits = ref.make_inputs(seed=17, events=1_500, limits=150, users=8, start=base_ts())
+    killed_topics = _topics(topic_factory)
+    feed_events(bs, killed_topics["events"], ref.feed_list(events))
+    feed_events(bs, killed_topics["limits"], ref.feed_list(limits))
+    clean_topics = {
+        **killed_topics,
+        "out": topic_factory(partitions=2),
+        "alerts": topic_factory(partitions=2),
+    }
+    # Fixed epochs over input that is all there: both runs plan the same epochs, so their output is the same bytes.
+    fixed = "epoch.sizing=fixed\n"
+    killed = _job(tmp_path / "killed", bs, "limits_and_rules", killed_topics, 100, fixed)
+    clean = _job(tmp_path / "clean", bs, "limits_and_rules", clean_topics, 100, fixed)
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PYTHONPATH": path, "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "300"}
+    run = run_with_kills(
+        killed.path, KILLS, seed=23, env=env, final_env={"PYTHONPATH": path}, log=tmp_path / "crash.log"
+    )
+    print("\n".join(run.landed))
+    run_job(clean.path)
+
+    for sink, reference, field in OUTPUTS:
+        event_split, limit_split, epochs = _split(killed, sink, (events, limits), killed_topics)
+        expected = reference(event_split, limit_split)
+        got = read_json(bs, killed_topics[sink])
+        result = compare(map(dumps, expected), map(dumps, got))
+        print(sink, result.line(run.kills))
+        assert (result.duplicates, result.lost, result.unexpected) == (0, 0, 0), sink
+        assert _per_key(got, field) == _per_key(expected, field), sink
+        assert [e.ends for e in committed_epochs(clean.checkpoint / sink)] == [e.ends for e in epochs], sink
+        assert _by_partition(bs, killed_topics[sink]) == _by_partition(bs, clean_topics[sink]), sink
+    assert run.kills >= KILLS
+
+
+def _by_partition(bootstrap: str, topic: str) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    out: dict[int, list[tuple[bytes | None, bytes | None]]] = defaultdict(list)
+    for record in read_records(bootstrap, topic):
+        out[record.partition].append((record.key, record.value))
+    return dict(out)
+
+
+def test_co_map_and_a_non_keyed_co_process_function_merge_both_inputs_through_their_own_methods(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    bs = kafka_cluster.bootstrap
+    events, limits = ref.make_inputs(seed=5, events=30, limits=6, users=3, start=base_ts())
+    topics = _topics(topic_factory)
+    feed_events(bs, topics["events"], ref.feed_list(events))
+    feed_events(bs, topics["limits"], ref.feed_list(limits))
+    run_job(_job(tmp_path, bs, "co_map", topics, max_records=500).path)
+    expected = [{"user": r.user, "what": f"event {r.id}"} for r in events]
+    expected += [{"user": r.user, "what": f"limit {r.limit}"} for r in limits]
+    assert sorted(map(dumps, read_json(bs, topics["out"]))) == sorted(map(dumps, expected))
+    # The same through a non-keyed CoProcessFunction: no key, no event time (neither input is watermarked).
+    processed = [{"user": r.user, "what": f"event {r.id} key None at None"} for r in events]
+    processed += [{"user": r.user, "what": f"limit {r.limit} at None"} for r in limits]
+    assert sorted(map(dumps, read_json(bs, topics["alerts"]))) == sorted(map(dumps, processed))
