@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
-
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
-from ethereal_kafka.plan.conform import ElementType, source_topics
+from ethereal_kafka.plan.conform import source_topics
 from ethereal_kafka.plan.connected import element_struct, hidden_column, type_of
 from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.keyed import (
@@ -26,9 +24,10 @@ from ethereal_kafka.plan.keyed import (
     check_picklable,
     event_time_bound,
     input_struct,
+    output_layout,
     output_schema,
 )
-from ethereal_kafka.plan.operators.base import OutputLayout, transform
+from ethereal_kafka.plan.operators.base import transform
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS, arrow_struct
 from ethereal_kafka.plan.stream import Stream
 
@@ -70,7 +69,7 @@ def compile_broadcast_process(
             "stream and the broadcast stream, or neither"
         )
     user = arrow_struct(node.output_type, node.label) if node.output_type else input_struct(main)
-    layout, sides = _layout(node, user)
+    layout, sides = output_layout(node, user)
     keyed = node.keyed
     key_type = main.frame.schema[KEY].dataType if keyed else None
     frame = _combined(main, rules, keyed)
@@ -124,26 +123,6 @@ def _time_mode(node: g.BroadcastProcessNode, main: Stream) -> str:
             "inputs"
         )
     return mode
-
-
-def _layout(node: g.BroadcastProcessNode, user: pa.StructType) -> tuple[OutputLayout, list[tuple[str, Any]]]:
-    names = [t.name for t in node.side_outputs]
-    if len(set(names)) != len(names):
-        raise GraphError(f"{node.label}: side outputs {', '.join(names)} repeat a tag name")
-    sides = [
-        arrow_struct(t.output_type or "", f"{node.label} side output {t.name}") for t in node.side_outputs
-    ]
-    layout = OutputLayout(
-        tuple(f.name for f in user),
-        tuple(names),
-        tuple(tuple(f.name for f in side) for side in sides),
-        ElementType.of(user, node.label, "output", defaulted=not node.output_type),
-        tuple(
-            ElementType.of(side, node.label, f"side output '{n}'")
-            for n, side in zip(names, sides, strict=True)
-        ),
-    )
-    return layout, list(zip(names, sides, strict=True))
 
 
 def _string() -> Any:

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
-from ethereal_kafka.plan.conform import ElementType, source_topics
+from ethereal_kafka.plan.conform import source_topics
 from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.keyed import (
     SPARK_TIME_MODES,
@@ -32,10 +32,11 @@ from ethereal_kafka.plan.keyed import (
     event_time_bound,
     finish_keyed,
     input_struct,
+    output_layout,
     output_schema,
     resolve_time_mode,
 )
-from ethereal_kafka.plan.operators.base import OutputLayout, transform
+from ethereal_kafka.plan.operators.base import transform
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS, arrow_struct
 from ethereal_kafka.plan.stream import Stream
 
@@ -84,7 +85,7 @@ def compile_co_process(ctx: CompileContext, node: g.CoProcessNode, inputs: list[
     combined = _combined(first, second)
     mode = resolve_time_mode(node, combined)
     tags = node.side_outputs
-    layout, sides = _layout(node, user)
+    layout, sides = output_layout(node, user)
     schema = output_schema(combined, user, sides)
     spec = ProcessSpec(
         node.label,
@@ -117,7 +118,7 @@ def _compile_unkeyed(ctx: CompileContext, node: g.CoProcessNode, first: Stream, 
         )
     user = _user_type(node, first, second)
     combined = _combined(first, second, bucketed=True)
-    layout, sides = _layout(node, user)
+    layout, sides = output_layout(node, user)
     schema = output_schema(combined, user, sides)
     spec = ProcessSpec(
         node.label,
@@ -138,33 +139,6 @@ def _compile_unkeyed(ctx: CompileContext, node: g.CoProcessNode, first: Stream, 
     return Stream.of(
         frame, key_fields=None, watermarked=combined.watermarked, stateful=True, tags=node.side_outputs
     )
-
-
-def _layout(
-    node: g.CoProcessNode, user: pa.StructType
-) -> tuple[OutputLayout, list[tuple[str, pa.StructType]]]:
-    """The output layout of `node` (main fields `user`, its side outputs), and the side outputs' fields.
-
-    Raises:
-        GraphError: a side output repeated.
-    """
-    names = [t.name for t in node.side_outputs]
-    if len(set(names)) != len(names):
-        raise GraphError(f"{node.label}: side outputs {', '.join(names)} repeat a tag name")
-    sides = [
-        arrow_struct(t.output_type or "", f"{node.label} side output {t.name}") for t in node.side_outputs
-    ]
-    layout = OutputLayout(
-        tuple(f.name for f in user),
-        tuple(names),
-        tuple(tuple(f.name for f in side) for side in sides),
-        ElementType.of(user, node.label, "output", defaulted=not node.output_type),
-        tuple(
-            ElementType.of(side, node.label, f"side output '{n}'")
-            for n, side in zip(names, sides, strict=True)
-        ),
-    )
-    return layout, list(zip(names, sides, strict=True))
 
 
 def _user_type(node: g.CoProcessNode, first: Stream, second: Stream) -> pa.StructType:

@@ -113,6 +113,34 @@ def finish_keyed(stream: Stream, frame: Any, **changes: Any) -> Stream:
     )
 
 
+def output_layout(
+    node: g.ProcessNode | g.BroadcastProcessNode, user: pa.StructType
+) -> tuple[OutputLayout, list[tuple[str, pa.StructType]]]:
+    """The output layout of a process-like operator `node` (main fields `user`, its side outputs), and the side
+    outputs' fields by tag name.
+
+    Raises:
+        GraphError: a side output repeated.
+    """
+    names = [t.name for t in node.side_outputs]
+    if len(set(names)) != len(names):
+        raise GraphError(f"{node.label}: side outputs {', '.join(names)} repeat a tag name")
+    sides = [
+        arrow_struct(t.output_type or "", f"{node.label} side output {t.name}") for t in node.side_outputs
+    ]
+    layout = OutputLayout(
+        tuple(f.name for f in user),
+        tuple(names),
+        tuple(tuple(f.name for f in side) for side in sides),
+        ElementType.of(user, node.label, "output", defaulted=not node.output_type),
+        tuple(
+            ElementType.of(side, node.label, f"side output '{n}'")
+            for n, side in zip(names, sides, strict=True)
+        ),
+    )
+    return layout, list(zip(names, sides, strict=True))
+
+
 @register(g.ProcessNode)
 def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Stream]) -> Stream:
     """A `KeyedProcessFunction` on the framework's process operator (`plan.operators.process`)."""
@@ -127,22 +155,8 @@ def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Strea
         )
     mode = resolve_time_mode(node, stream)
     user = arrow_struct(node.output_type, node.label) if node.output_type else input_struct(stream)
-    tags = node.side_outputs
-    names = [t.name for t in tags]
-    if len(set(names)) != len(names):
-        raise GraphError(f"{node.label}: side outputs {', '.join(names)} repeat a tag name")
-    sides = [arrow_struct(t.output_type or "", f"{node.label} side output {t.name}") for t in tags]
-    layout = OutputLayout(
-        tuple(f.name for f in user),
-        tuple(names),
-        tuple(tuple(f.name for f in side) for side in sides),
-        ElementType.of(user, node.label, "output", defaulted=not node.output_type),
-        tuple(
-            ElementType.of(side, node.label, f"side output '{n}'")
-            for n, side in zip(names, sides, strict=True)
-        ),
-    )
-    schema = output_schema(stream, user, list(zip(names, sides, strict=True)))
+    layout, sides = output_layout(node, user)
+    schema = output_schema(stream, user, sides)
     spec = ProcessSpec(
         node.label,
         node.function,
@@ -157,7 +171,7 @@ def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Strea
     )
     check_picklable(node.label, spec)
     frame = transform(stream.frame, KeyedProcessor(spec), schema, SPARK_TIME_MODES[mode])
-    return finish_keyed(stream, frame, tags=tags)
+    return finish_keyed(stream, frame, tags=node.side_outputs)
 
 
 def _rolling_user(node: g.RollingNode, stream: Stream) -> tuple[pa.StructType, tuple[str, ...]]:
