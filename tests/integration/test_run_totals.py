@@ -72,7 +72,7 @@ def test_two_queries_reading_one_source_add_up(
     with CheckpointHistory(job.app_id, read_only=True) as history:
         records = history.records()
     committed = [r for r in records if r.outcome == "committed"]
-    assert summary.epochs == {"committed": len(committed), "failed": 0}
+    assert summary.epochs == {"committed": len(committed), "failed": 0, "interrupted": 0}
     assert summary.late == 0 and summary.dead_lettered == 0
     # 5. The windowed query's watermark (the newest event time seen minus the lateness bound, at most) and state.
     newest_ms = max(json.loads(value)["ts"] for _, value in inputs)
