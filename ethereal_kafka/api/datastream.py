@@ -70,6 +70,19 @@ def _fields(key: str | Iterable[str]) -> tuple[str, ...]:
     return names
 
 
+def _typed_tags(side_outputs: Iterable[OutputTag]) -> tuple[OutputTag, ...]:
+    """A process function's side output tags, each with an output type.
+
+    Raises:
+        GraphError: a tag without `output_type`.
+    """
+    tags = tuple(side_outputs)
+    for tag in tags:
+        if tag.output_type is None:
+            raise GraphError(f"side output {tag.name!r} of a process function needs an output_type")
+    return tags
+
+
 class DataStream:
     """A stream of elements (dicts)."""
 
@@ -308,10 +321,7 @@ class KeyedStream(DataStream):
         """
         if time_mode not in ("auto", "event", "processing"):
             raise GraphError("time_mode is auto, event or processing")
-        tags = tuple(side_outputs)
-        for tag in tags:
-            if tag.output_type is None:
-                raise GraphError(f"side output {tag.name!r} of a process function needs an output_type")
+        tags = _typed_tags(side_outputs)
         return self._keyed(
             g.ProcessNode, function=function, output_type=output_type, side_outputs=tags, time_mode=time_mode
         )
@@ -558,10 +568,7 @@ class ConnectedStreams:
                 )
         if time_mode not in ("auto", "event", "processing"):
             raise GraphError("time_mode is auto, event or processing")
-        tags = tuple(side_outputs)
-        for tag in tags:
-            if tag.output_type is None:
-                raise GraphError(f"side output {tag.name!r} of a process function needs an output_type")
+        tags = _typed_tags(side_outputs)
         env = self.first.env
         node = env.add(
             g.CoProcessNode,
@@ -622,10 +629,7 @@ class BroadcastConnectedStream:
                     "process on a broadcast-connected stream takes a KeyedBroadcastProcessFunction or a "
                     f"BroadcastProcessFunction (no {method})"
                 )
-        tags = tuple(side_outputs)
-        for tag in tags:
-            if tag.output_type is None:
-                raise GraphError(f"side output {tag.name!r} of a process function needs an output_type")
+        tags = _typed_tags(side_outputs)
         env = self.stream.env
         node = env.add(
             g.BroadcastProcessNode,
