@@ -307,15 +307,10 @@ class BroadcastProcessor(StatefulProcessor):
         self._runtime = KeyedRuntimeContext(NamespacedHandle(handle, self._space), self._scope, spec.label)
         self._row = Row(*spec.columns)
         self._call: _Call | None = None
-        opener = getattr(spec.function, "open", None)
-        if spec.keyed and callable(opener):
-            try:
-                opener(self._runtime)
-            except EtherealKafkaError:
-                raise
-            except Exception as exc:
-                raise user_error(spec.label, exc, "in open()") from exc
-        self._runtime.seal()
+        if spec.keyed:
+            self._runtime.open_function(spec.function)
+        else:
+            self._runtime.seal()
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         spec = self.spec

@@ -43,6 +43,7 @@ from ethereal_kafka.api.state import (
     ValueStateDescriptor,
 )
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.plan.errors import user_error
 
 #: Spark schema of a cell and of a map key.
 CELL = "v binary"
@@ -348,6 +349,19 @@ class KeyedRuntimeContext(RuntimeContext):
     def seal(self) -> None:
         """End of `open()`: later declarations raise `KeyedStateError`."""
         self._sealed = True
+
+    def open_function(self, function: object) -> None:
+        """Call the user function's `open(self)` when it has one, then seal: a failure in it is the function's
+        (`UserFunctionError` naming the operator and "in open()"), a framework error passes as it is."""
+        opener = getattr(function, "open", None)
+        if callable(opener):
+            try:
+                opener(self)
+            except EtherealKafkaError:
+                raise
+            except Exception as exc:
+                raise user_error(self._label, exc, "in open()") from exc
+        self.seal()
 
     def _declare(self, kind: type, name: str, make: Callable[[str], Any]) -> Any:
         if not isinstance(name, str) or not name:

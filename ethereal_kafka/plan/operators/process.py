@@ -220,14 +220,10 @@ class KeyedProcessor(StatefulProcessor):
         self._runtime = KeyedRuntimeContext(handle, self._scope, spec.label)
         self._book_state = handle.getValueState(BOOK, CELL)
         self._row = Row(*spec.columns)
-        try:
-            if spec.keyed:
-                spec.function.open(self._runtime)
-        except EtherealKafkaError:
-            raise
-        except Exception as exc:
-            raise user_error(spec.label, exc, "in open()") from exc
-        self._runtime.seal()
+        if spec.keyed:
+            self._runtime.open_function(spec.function)
+        else:
+            self._runtime.seal()
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
         ordered = self.ordered(rows)

@@ -13,6 +13,7 @@ from ethereal_kafka.api.state import (
     ValueStateDescriptor,
 )
 from ethereal_kafka.api.time import Duration
+from ethereal_kafka.plan.errors import UserFunctionError
 from ethereal_kafka.plan.operators.keyed_state import (
     KeyedRuntimeContext,
     KeyedStateError,
@@ -190,3 +191,36 @@ def test_state_is_declared_in_open_only_and_one_name_is_one_kind() -> None:
     with pytest.raises(KeyedStateError, match="outside open"):
         ctx.get_map_state(MapStateDescriptor("late"))
     assert store.declared == [("value", "u_n")]
+
+
+class _Opens:
+    def __init__(self, fails: BaseException | None = None) -> None:
+        self.fails = fails
+        self.got: object = None
+
+    def open(self, runtime_context: KeyedRuntimeContext) -> None:
+        self.got = runtime_context.get_state(ValueStateDescriptor("seen"))
+        if self.fails is not None:
+            raise self.fails
+
+
+def test_open_function_declares_state_then_seals_and_names_a_failure_in_open() -> None:
+    ctx, _, _ = _context()
+    function = _Opens()
+    ctx.open_function(function)
+    assert function.got is not None
+    with pytest.raises(KeyedStateError, match="declared outside open"):
+        ctx.get_state(ValueStateDescriptor("late"))
+    # A function without open() is sealed all the same.
+    bare, _, _ = _context()
+    bare.open_function(object())
+    with pytest.raises(KeyedStateError, match="declared outside open"):
+        bare.get_state(ValueStateDescriptor("late"))
+    # The user's exception is the function's, named with the operator; the framework's own passes as it is.
+    failing, _, _ = _context()
+    with pytest.raises(UserFunctionError, match=r"process#1.*in open\(\)") as caught:
+        failing.open_function(_Opens(ValueError("no config")))
+    assert isinstance(caught.value.__cause__, ValueError)
+    framework, _, _ = _context()
+    with pytest.raises(KeyedStateError, match="boom"):
+        framework.open_function(_Opens(KeyedStateError("boom")))
