@@ -229,16 +229,28 @@ def _kill_moment(
             return None
         time.sleep(0.02)
     if target != "epoch":
+        # A step of one query's transactions, each query in turn at random: a step of "any query" would nearly
+        # always be the fastest query's, and the slower queries' transactions would never see a kill.
+        queries = sorted({folder.parent.name for folder in root.glob("*/offsets")})
+        query = rng.choice(queries) if queries else None
         seen = len(_trace_lines(trace))
-        while not any(line.endswith(f" {target}") for line in _trace_lines(trace)[seen:]):
+        while not any(is_step(line, target, query) for line in _trace_lines(trace)[seen:]):
             if proc.poll() is not None:
                 return None
             time.sleep(0.01)
+        target = f"{target} of {query}" if query is not None else target
     try:
         proc.wait(timeout=rng.uniform(*(window_s if target == "epoch" else STEP_WINDOW_S)))
         return None
     except subprocess.TimeoutExpired:
         return target
+
+
+def is_step(line: str, step: str, query: str | None) -> bool:
+    """Whether a fault-trace line (`<unix time> <query> <epoch> <task> <step>`) is `step` of `query` (of any query
+    when None)."""
+    parts = line.split()
+    return len(parts) == 5 and parts[4] == step and (query is None or parts[1] == query)
 
 
 def _trace_lines(trace: Path) -> list[str]:

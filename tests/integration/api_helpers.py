@@ -6,6 +6,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,21 +39,25 @@ def write_api_job(
     max_records: int | dict[str, int] = 200,
     extra_job: str = "",
     guarantee: str = "exactly-once",
+    pinned: Collection[str] = (),
 ) -> ApiJob:
     """Write a job file and one connector file per source/sink.
 
     Args:
         sources: name -> (topic, extra properties lines), e.g. `{"events": (topic, "value.format=json\\n...")}`.
         sinks: name -> (topic, extra properties lines).
-        max_records: every source's `max.records.per.epoch`, or one per source name.
+        max_records: every source's `max.records.per.epoch`, or one per source name. `EPOCH_RECORDS_ENV` overrides
+            it (the crash harness's last run reads larger epochs, `eos_helpers.FINAL_RUN`) except for
+            `pinned` sources: with `epoch.sizing=fixed` their epochs are then the same in every run, killed or not.
     """
     folder.mkdir(parents=True, exist_ok=True)
     app = f"api-{uuid.uuid4().hex[:8]}"
     limits = max_records if isinstance(max_records, dict) else dict.fromkeys(sources, max_records)
     for name, (topic, extra) in sources.items():
+        limit = str(limits[name]) if name in pinned else f"${{{EPOCH_RECORDS_ENV}:-{limits[name]}}}"
         (folder / f"{name}.source.properties").write_text(
             f"connector.class=kafka-source\nname={name}\nbootstrap.servers={bootstrap}\ntopics={topic}\n"
-            f"starting.offsets=earliest\nmax.records.per.epoch=${{{EPOCH_RECORDS_ENV}:-{limits[name]}}}\n{extra}"
+            f"starting.offsets=earliest\nmax.records.per.epoch={limit}\n{extra}"
         )
     for name, (topic, extra) in sinks.items():
         (folder / f"{name}.sink.properties").write_text(

@@ -8,6 +8,7 @@ time from `ts` with a 3 s out-of-orderness bound, both keyed by `user`.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ethereal_kafka.api import (
@@ -69,20 +70,36 @@ class LimitCheck(KeyedCoProcessFunction):
         }
 
 
-def _streams(env: StreamExecutionEnvironment) -> tuple[Any, Any]:
+@dataclass(frozen=True)
+class Names:
+    """The source and sink names a pipeline of this module uses (a job running it beside other pipelines, as the
+    shared kill run does, renames them apart)."""
+
+    events: str = "events"
+    limits: str = "limits"
+    out: str = "out"
+    alerts: str = "alerts"
+
+
+def _streams(env: StreamExecutionEnvironment, names: Names) -> tuple[Any, Any]:
     def watermarked(name: str) -> Any:
         return env.from_source(name).assign_timestamps_and_watermarks(
             WatermarkStrategy.for_bounded_out_of_orderness(BOUND_MS).with_timestamp_assigner("ts")
         )
 
-    return watermarked("events"), watermarked("limits")
+    return watermarked(names.events), watermarked(names.limits)
 
 
 def limit_check(env: StreamExecutionEnvironment) -> None:
-    """`LimitCheck` over events and limits connected by user."""
-    events, limits = _streams(env)
+    """`LimitCheck` over events and limits connected by user (a job's pipeline takes the environment only)."""
+    check_limits(env, Names())
+
+
+def check_limits(env: StreamExecutionEnvironment, names: Names) -> None:
+    """`LimitCheck` over `names.events` and `names.limits` connected by user, to `names.out`."""
+    events, limits = _streams(env, names)
     checked = events.key_by("user").connect(limits.key_by("user")).process(LimitCheck(), output_type=OUT_DDL)
-    checked.name("limit-check").sink_to("out")
+    checked.name("limit-check").sink_to(names.out)
 
 
 #: Limit records as the example's rules: rule `r<user>`, kind `total` (threshold x 20) for every 7th id, `reset`
@@ -121,24 +138,26 @@ class FollowedRuleDetector(RuleDetector):
         }
 
 
-def _limits_and(env: StreamExecutionEnvironment, detector: RuleDetector) -> None:
-    limit_check(env)
-    events, limits = _streams(env)
+def limits_and(env: StreamExecutionEnvironment, detector: RuleDetector, names: Names = Names()) -> None:
+    """Two queries over the same inputs: `LimitCheck` to `names.out`, and `detector` with the limits broadcast as
+    rules to `names.alerts`."""
+    check_limits(env, names)
+    events, limits = _streams(env, names)
     transactions = events.select("id AS tx_id", "user AS card", "CAST(amount AS DOUBLE) AS amount", "ts")
     rules = limits.select(*RULE_COLUMNS).broadcast(RULES)
     alerts = transactions.key_by("card").connect(rules).process(detector, output_type=ALERT_DDL)
-    alerts.name("rule-detector").sink_to("alerts")
+    alerts.name("rule-detector").sink_to(names.alerts)
 
 
 def limits_and_rules(env: StreamExecutionEnvironment) -> None:
     """Two queries over the same inputs: `LimitCheck` (connected keyed streams) to `out`, and the fraud-rules
     example's `RuleDetector` (broadcast state), with the limits as rules, to `alerts`."""
-    _limits_and(env, RuleDetector())
+    limits_and(env, RuleDetector())
 
 
 def limits_and_timed_rules(env: StreamExecutionEnvironment) -> None:
     """`limits_and_rules` with `FollowedRuleDetector` (broadcast state and timers) to `alerts`."""
-    _limits_and(env, FollowedRuleDetector())
+    limits_and(env, FollowedRuleDetector())
 
 
 class Tagged(CoMapFunction):

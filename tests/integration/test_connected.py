@@ -2,12 +2,12 @@
 (events, and limit changes that are also fraud rules): a `KeyedCoProcessFunction` whose two keyed inputs share a
 user's state (`out`), and the fraud-rules example's `KeyedBroadcastProcessFunction` with the limits broadcast as
 rules (`alerts`). Each output is checked against a plain-Python reference (`ref_connected`) fed with the epochs
-Spark logged — through a restart and through SIGKILLs — and, with fixed epochs, against a run without kills byte
-for byte. Plus a `CoMapFunction` on unkeyed connected streams."""
+Spark logged, through a restart. Plus a `CoMapFunction` on unkeyed connected streams. Their SIGKILL test, with a byte
+for byte comparison against a run without kills, is one query pair of the DataStream shared kill run
+(`test_api_exactly_once.py`)."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -18,12 +18,11 @@ import pytest
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration import ref_connected as ref
-from tests.integration.api_helpers import ApiJob, base_ts, feed_events, read_json, read_records, write_api_job
-from tests.integration.connected_jobs import EVENT_DDL, LIMIT_DDL
+from tests.integration.api_helpers import ApiJob, base_ts, feed_events, read_json, write_api_job
+from tests.integration.connected_jobs import BOUND_MS, EVENT_DDL, LIMIT_DDL
 from tests.integration.ref_keyed import committed_epochs, dumps
 
 SINK = "value.format=json\nkey.format=string\n"
-KILLS = 4
 Reference = Callable[[list[list[ref.Record]], list[list[ref.Record]]], list[dict[str, Any]]]
 #: Each output: its sink, its reference, and the field that holds its key.
 OUTPUTS: tuple[tuple[str, Reference, str], ...] = (
@@ -144,55 +143,6 @@ def test_rule_and_limit_changes_decide_from_the_next_record_on_and_state_survive
     print(f"follow-up timers: {follow_ups}, {len(carried)} registered before the restart and fired after it")
 
 
-@pytest.mark.timeout(1500)
-def test_connected_and_broadcast_state_through_kills_match_the_reference_and_a_run_without_kills_byte_for_byte(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
-) -> None:
-    from ethereal_kafka.testing.crash import compare, run_with_kills
-
-    bs = kafka_cluster.bootstrap
-    events, limits = ref.make_inputs(seed=17, events=1_500, limits=150, users=8, start=base_ts())
-    killed_topics = _topics(topic_factory)
-    feed_events(bs, killed_topics["events"], ref.feed_list(events))
-    feed_events(bs, killed_topics["limits"], ref.feed_list(limits))
-    clean_topics = {
-        **killed_topics,
-        "out": topic_factory(partitions=2),
-        "alerts": topic_factory(partitions=2),
-    }
-    # Fixed epochs over input that is all there: both runs plan the same epochs, so their output is the same bytes.
-    fixed = "epoch.sizing=fixed\n"
-    killed = _job(tmp_path / "killed", bs, "limits_and_rules", killed_topics, 100, fixed)
-    clean = _job(tmp_path / "clean", bs, "limits_and_rules", clean_topics, 100, fixed)
-    root = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    env = {"PYTHONPATH": path, "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "300"}
-    run = run_with_kills(
-        killed.path, KILLS, seed=23, env=env, final_env={"PYTHONPATH": path}, log=tmp_path / "crash.log"
-    )
-    print("\n".join(run.landed))
-    run_job(clean.path)
-
-    for sink, reference, field in OUTPUTS:
-        event_split, limit_split, epochs = _split(killed, sink, (events, limits), killed_topics)
-        expected = reference(event_split, limit_split)
-        got = read_json(bs, killed_topics[sink])
-        result = compare(map(dumps, expected), map(dumps, got))
-        print(sink, result.line(run.kills))
-        assert (result.duplicates, result.lost, result.unexpected) == (0, 0, 0), sink
-        assert _per_key(got, field) == _per_key(expected, field), sink
-        assert [e.ends for e in committed_epochs(clean.checkpoint / sink)] == [e.ends for e in epochs], sink
-        assert _by_partition(bs, killed_topics[sink]) == _by_partition(bs, clean_topics[sink]), sink
-    assert run.kills >= KILLS
-
-
-def _by_partition(bootstrap: str, topic: str) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
-    out: dict[int, list[tuple[bytes | None, bytes | None]]] = defaultdict(list)
-    for record in read_records(bootstrap, topic):
-        out[record.partition].append((record.key, record.value))
-    return dict(out)
-
-
 def test_co_map_and_a_non_keyed_co_process_function_merge_both_inputs_through_their_own_methods(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
 ) -> None:
@@ -209,3 +159,37 @@ def test_co_map_and_a_non_keyed_co_process_function_merge_both_inputs_through_th
     processed = [{"user": r.user, "what": f"event {r.id} key None at None"} for r in events]
     processed += [{"user": r.user, "what": f"limit {r.limit} at None"} for r in limits]
     assert sorted(map(dumps, read_json(bs, topics["alerts"]))) == sorted(map(dumps, processed))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect (docs/exactly-once.md, 'Watermarks across a restart'): Spark rebuilds each input's "
+    "watermark from the data it reads after a restart, so an input with no new data holds a two-input query's "
+    "watermark where the restart found it; an uninterrupted run moves on",
+)
+def test_a_restart_keeps_the_watermark_of_an_input_that_has_gone_quiet(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """Two watermarked inputs; the limits are all read in the first run and none come after it. Each epoch's
+    watermark must be what the input read so far gives, restart or not: the smallest over the inputs of their
+    largest event time read in earlier epochs, less the bound (never lower than the epoch before)."""
+    bs = kafka_cluster.bootstrap
+    events, limits = ref.make_inputs(seed=9, events=300, limits=30, users=4, start=base_ts())
+    topics = _topics(topic_factory)
+    job = _job(tmp_path, bs, "limit_check", topics, max_records=60)
+    half = len(events) // 2
+    feed_events(bs, topics["events"], ref.feed_list(events[:half]))
+    feed_events(bs, topics["limits"], ref.feed_list(limits))
+    run_job(job.path)
+    feed_events(bs, topics["events"], ref.feed_list(events[half:]))
+    run_job(job.path)  # a restart: the limits input has nothing new
+
+    epochs = committed_epochs(job.checkpoint / "out")
+    parts = (ref.split(events, epochs, topics["events"]), ref.split(limits, epochs, topics["limits"]))
+    expected, seen = [0], [0, 0]
+    for k in range(1, len(epochs)):
+        for i, split in enumerate(parts):
+            seen[i] = max([seen[i], *(r.ts for r in split[k - 1])])
+        moved = min(seen) - BOUND_MS if all(seen) else 0
+        expected.append(max(expected[-1], moved))
+    assert [e.watermark_ms for e in epochs] == expected

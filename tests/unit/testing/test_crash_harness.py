@@ -1,10 +1,11 @@
-"""The crash harness's notion of "recovery is over": every query of the run committed an epoch."""
+"""The crash harness: "recovery is over" once every query of the run committed an epoch; a kill aimed at a step of one
+query's transactions."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ethereal_kafka.testing.crash import _log_files, _queries_without_a_commit
+from ethereal_kafka.testing.crash import _log_files, _queries_without_a_commit, is_step
 
 
 def _epoch(root: Path, query: str, log: str, epoch: int) -> None:
@@ -35,3 +36,12 @@ def test_a_query_that_starts_in_this_run_counts_too(tmp_path: Path) -> None:
     _epoch(tmp_path, "a", "commits", 0)
     _epoch(tmp_path, "b", "offsets", 0)
     assert _queries_without_a_commit(tmp_path, before) == {"b"}
+
+
+def test_a_kill_aimed_at_a_step_waits_for_that_querys_step() -> None:
+    line = "1795640409.123 checked 7 1 open"
+    assert is_step(line, "open", "checked")
+    assert is_step(line, "open", None)  # any query
+    assert not is_step(line, "open", "alerts")  # another query's transaction does not count
+    assert not is_step(line, "commit", "checked")
+    assert not is_step("garbage", "open", None)
