@@ -332,7 +332,8 @@ class RoleSampler(Periodic):
     a list of (wall-clock ms, {role: RSS bytes}), the roles absent from a sample holding no process then;
     `pss_samples` the same with each process's PSS (proportional set size: a page shared by n processes counts 1/n
     to each, so forked workers' pages shared with their daemon count once over the tree); `most` the most processes
-    of each role seen in one sample."""
+    of each role seen in one sample; `cpu_by_role()` the CPU-seconds (user + system) of each role, each process's
+    largest sampled value (a process's last second before it exits is missed)."""
 
     def __init__(self, root: int, interval_s: float = 1.0) -> None:
         super().__init__(interval_s)
@@ -341,6 +342,7 @@ class RoleSampler(Periodic):
         self.pss_samples: list[tuple[float, dict[str, int]]] = []
         self.most: dict[str, int] = {}
         self._roles: dict[tuple[int, float], str] = {}
+        self._cpu: dict[tuple[int, float], float] = {}
 
     def sample(self) -> None:
         """Read the RSS and PSS of every process in the tree now (a process's role is decided once it is known)."""
@@ -358,8 +360,10 @@ class RoleSampler(Periodic):
             try:
                 key = (process.pid, process.create_time())
                 memory = process.memory_full_info()
+                times = process.cpu_times()
             except psutil.Error:
                 continue
+            self._cpu[key] = max(self._cpu.get(key, 0.0), times.user + times.system)
             role = self._roles.get(key) or process_role(process, self.root)
             # "other" is looked at again: Spark's launcher script becomes the JVM by exec (same pid, same start)
             if role != "other":
@@ -373,6 +377,14 @@ class RoleSampler(Periodic):
             now = time.time() * 1000
             self.samples.append((now, by_role))
             self.pss_samples.append((now, pss_by_role))
+
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU-seconds so far of each role (a process whose role was never decided counts as "other")."""
+        totals: dict[str, float] = {}
+        for key, seconds in self._cpu.items():
+            role = self._roles.get(key, "other")
+            totals[role] = totals.get(role, 0.0) + seconds
+        return {role: round(seconds, 1) for role, seconds in totals.items()}
 
 
 def uptime() -> str:

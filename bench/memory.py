@@ -19,7 +19,9 @@ RSS (total and by kind) while each further `--step` records were being consumed,
 the largest RSS of each kind, and the growth over the second half of the backlog (least-squares slope of each
 kind's RSS against records consumed, MB per 1M records, over the samples taken while the second half was read).
 RSS counts pages shared by forked workers once per process, as `ps` shows them; PSS (the same samples) shares them
-out, so the PSS total is what the tree holds. The stateless job's output is
+out, so the PSS total is what the tree holds. The same samples give each kind's CPU-seconds (each process's
+largest value; PySpark's daemon ignores SIGCHLD, so its workers are sampled, not read from a parent) and the
+tree's CPU-seconds per 1M records, start-up included. The stateless job's output is
 checked by id with a read_committed reader (bench/peers.py `OutputWatcher`, running beside the job): lost and
 duplicates must be 0 / 0. Writes bench/results/memory.json and prints Markdown tables.
 """
@@ -120,6 +122,9 @@ def profile(sampler: RoleSampler, curve: list[tuple[float, int]], records: int, 
         "peak_pss_mb": _mb(peak_pss[1]),
         "largest_rss_mb_by_kind": {role: v for role, v in largest.items() if v},
         "most_processes_by_kind": sampler.most,
+        "cpu_s_by_kind": sampler.cpu_by_role(),
+        "cpu_s": round(sum(sampler.cpu_by_role().values()), 1),
+        "cpu_s_per_1m": round(sum(sampler.cpu_by_role().values()) / max(1, records) * 1e6, 1),
         "second_half_slope_mb_per_1m": slopes,
         "curve": [{"at_ms": round(at), "consumed": n} for at, n in curve],
     }
@@ -215,7 +220,11 @@ def markdown(result: dict[str, Any]) -> str:
     """The RSS curve (by kind, per step of records consumed), the PSS total and the growth of one run as Markdown."""
     kinds = [role for role in ROLES if role in result["largest_rss_mb_by_kind"]]
     lines = [
-        f"{result['job']}: {result['records']:,} records, {result['epochs']} epochs, {result['wall_s']} s",
+        f"{result['job']}: {result['records']:,} records, {result['epochs']} epochs, {result['wall_s']} s "
+        f"({result['records'] / max(result['wall_s'], 0.1):,.0f} records/s with start-up), "
+        f"{result['cpu_s']} CPU-s ({result['cpu_s_per_1m']} CPU-s / 1M with start-up; by kind: "
+        + ", ".join(f"{k} {v}" for k, v in result["cpu_s_by_kind"].items())
+        + ")",
         "",
         "| consumed (up to) | RSS total | PSS total | " + " | ".join(f"{k} (RSS)" for k in kinds) + " |",
         "|---|---|---|" + "---|" * len(kinds),

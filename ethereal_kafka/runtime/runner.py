@@ -455,6 +455,7 @@ def run_loaded(
     """
     from ethereal_kafka.runtime.jvm import OPTIONS_KEY
     from ethereal_kafka.runtime.spark import launched_by_spark_submit, local_session
+    from ethereal_kafka.runtime.worker_daemon import PANDAS_ENV
 
     job = loaded.job
     lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
@@ -463,6 +464,8 @@ def run_loaded(
     guard = own_app(loaded, takeover)
     lifecycle.install_signal_handlers()
     export_to_workers(loaded.path)  # before the JVM starts: its Python workers import the pipeline module too
+    if job.transform_sql is not None:  # no user code in its Python workers: pandas stays out of them
+        os.environ.setdefault(PANDAS_ENV, "0")
     conf = job_spark_conf(loaded)
     if not launched_by_spark_submit():  # the driver JVM logs to the folder from its first line
         conf[OPTIONS_KEY] = f"{conf.get(OPTIONS_KEY, '')} {spark_log_options(logs)}".strip()

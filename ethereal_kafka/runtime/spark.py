@@ -64,6 +64,9 @@ FILESYSTEM_CHECKPOINT_MANAGER = (
 )
 
 #: Settings that suit a small local machine; a cluster deployment may override them.
+#: Spark's own UI is off, yet its status store keeps the last 1,000 SQL executions, jobs and stages (about one of
+#: each per epoch) on the driver's heap: bounded to the last 100. (How much of the heap an embedded driver keeps
+#: resident: `runtime.jvm.LEAN_HEAP_OPTIONS`; `spark.driver.memory` is only its limit.)
 LOCAL_CONF: Mapping[str, str] = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -74,6 +77,9 @@ LOCAL_CONF: Mapping[str, str] = {
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.python.worker.reuse": "true",
     "spark.driver.memory": "1g",
+    "spark.sql.ui.retainedExecutions": "100",
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
     CHECKPOINT_MANAGER_KEY: FILESYSTEM_CHECKPOINT_MANAGER,
 }
 
@@ -93,6 +99,9 @@ def prepare_environment(master: str = "local[2]") -> None:
     # numpy (imported with pandas by every Python worker and planner process) starts a BLAS thread per core that
     # spins while idle; no operator here does linear algebra.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # pyarrow's default pool (mimalloc) kept 27-43 MB of freed Arrow buffers in each Python worker; the C library's
+    # allocator returns them (bench/memory.py, 1M records: the workers' RSS ~100 MB lower, their CPU not higher).
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def launched_by_spark_submit() -> bool:
@@ -155,11 +164,11 @@ def local_session(
     submitted = submitted_conf()
     chosen, settings = session_settings(master, conf, submitted)
     if not submitted:  # the driver JVM starts here: from the SPARK_HOME mirror, mapping the class archive
-        from ethereal_kafka.runtime.jvm import with_archive
+        from ethereal_kafka.runtime.jvm import with_archive, with_lean_heap
         from ethereal_kafka.runtime.spark_home import use_mirror
 
         use_mirror()
-        settings = with_archive(settings)
+        settings = with_archive(with_lean_heap(settings))
     prepare_environment(chosen or submitted.get("spark.master", ""))
     from pyspark.sql import SparkSession
 

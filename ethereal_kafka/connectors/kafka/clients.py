@@ -187,6 +187,12 @@ def consumer_config(
         # tests/integration/test_range_reader.py). A range is planned below the last stable offset, so its own
         # records never need a long poll.
         "fetch.wait.max.ms": "10",
+        # librdkafka prefetches until a partition's queue holds `queued.min.messages` (100,000 by default) or
+        # `queued.max.messages.kbytes` (64 MB): a reader kept ~50-60 MB of fetched records in every Python worker,
+        # most of them past the range it was reading (dropped at the unassign) and its heap kept the high-water mark.
+        # A range is read in `consume` calls of at most `arrow.batch.size` records (10,000 by default).
+        "queued.min.messages": "20000",
+        "queued.max.messages.kbytes": "16384",
     }
     conf.update(passthrough)
     return conf

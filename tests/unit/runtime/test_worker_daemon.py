@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 
@@ -46,3 +47,24 @@ def test_a_forked_worker_imports_nothing_new_when_it_builds_its_first_arrow_arra
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_job_without_pandas_hides_it_from_the_daemon_and_its_arrow_conversions() -> None:
+    """`ETHEREAL_KAFKA_WORKER_PANDAS=0` (a `transform.sql` job): pandas is neither preloaded nor imported by pyarrow
+    when a worker converts Python values, and an explicit import fails as if pandas were not installed."""
+    probe = (
+        "import sys; from ethereal_kafka.runtime import worker_daemon as d; assert d.preload('pyspark.worker') == []\n"
+        "import pyarrow as pa, pyarrow.compute as pc\n"
+        "pc.fill_null(pa.array([1, None], pa.timestamp('us', tz='UTC')), 0); pa.array([b'x'], pa.binary())\n"
+        "pa.RecordBatch.from_pydict({'v': [1.5, None]})\n"
+        "try:\n    import pandas\nexcept ImportError:\n    print('hidden', 'pandas' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, worker_daemon.PANDAS_ENV: "0"},
+    )
+    assert done.stdout.strip() == "hidden False"
