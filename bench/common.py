@@ -327,6 +327,13 @@ def process_role(process: Any, root: int) -> str:
     return "other"
 
 
+def _spawned_by_the_jvm(process: Any) -> bool:
+    """A child the JVM is starting (Java's `posix_spawn`/`vfork`): until it execs it is a `java` process under the
+    JVM showing the JVM's own RSS and PSS (seen in issue 25's runs: a peak sample with the JVM counted twice)."""
+    parent = process.parent()
+    return bool(process.name().startswith("java") and parent is not None and parent.name().startswith("java"))
+
+
 class RoleSampler(Periodic):
     """Samples the memory of a process tree every `interval_s` on a thread, summed by `process_role`: `samples` is
     a list of (wall-clock ms, {role: RSS bytes}), the roles absent from a sample holding no process then;
@@ -358,6 +365,8 @@ class RoleSampler(Periodic):
         count: dict[str, int] = {}
         for process in tree:
             try:
+                if _spawned_by_the_jvm(process):
+                    continue  # shares the JVM's pages until it execs: counting it would count the JVM twice
                 key = (process.pid, process.create_time())
                 memory = process.memory_full_info()
                 times = process.cpu_times()
