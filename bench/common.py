@@ -365,9 +365,9 @@ class RoleSampler(Periodic):
         count: dict[str, int] = {}
         for process in tree:
             try:
-                if _spawned_by_the_jvm(process):
-                    continue  # shares the JVM's pages until it execs: counting it would count the JVM twice
                 key = (process.pid, process.create_time())
+                if key not in self._roles and _spawned_by_the_jvm(process):
+                    continue  # shares the JVM's pages until it execs: counting it would count the JVM twice
                 memory = process.memory_full_info()
                 times = process.cpu_times()
             except psutil.Error:

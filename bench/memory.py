@@ -89,6 +89,7 @@ def profile(sampler: RoleSampler, curve: list[tuple[float, int]], records: int, 
 
     The point of the curve at `mark` records is the last sample taken before the epoch that took the consumed count
     to `mark` or beyond committed: the tree while it read those records (for the last mark: before shutdown)."""
+    cpu = sampler.cpu_by_role()
     rss = [(_consumed_at(curve, at), by_role) for at, by_role in sampler.samples]
     pss = [(_consumed_at(curve, at), by_role) for at, by_role in sampler.pss_samples]
     steps = []
@@ -122,9 +123,9 @@ def profile(sampler: RoleSampler, curve: list[tuple[float, int]], records: int, 
         "peak_pss_mb": _mb(peak_pss[1]),
         "largest_rss_mb_by_kind": {role: v for role, v in largest.items() if v},
         "most_processes_by_kind": sampler.most,
-        "cpu_s_by_kind": sampler.cpu_by_role(),
-        "cpu_s": round(sum(sampler.cpu_by_role().values()), 1),
-        "cpu_s_per_1m": round(sum(sampler.cpu_by_role().values()) / max(1, records) * 1e6, 1),
+        "cpu_s_by_kind": cpu,
+        "cpu_s": round(sum(cpu.values()), 1),
+        "cpu_s_per_1m": round(sum(cpu.values()) / max(1, records) * 1e6, 1),
         "second_half_slope_mb_per_1m": slopes,
         "curve": [{"at_ms": round(at), "consumed": n} for at, n in curve],
     }

@@ -10,12 +10,14 @@ error exits 1 with a one-line reason; the full trace is in the run's log folder 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -464,8 +466,9 @@ def run_loaded(
     guard = own_app(loaded, takeover)
     lifecycle.install_signal_handlers()
     export_to_workers(loaded.path)  # before the JVM starts: its Python workers import the pipeline module too
-    if job.transform_sql is not None:  # no user code in its Python workers: pandas stays out of them
-        os.environ.setdefault(PANDAS_ENV, "0")
+    # No user code in a transform.sql job's Python workers: pandas stays out of them. Only the driver JVM this run
+    # starts inherits the setting (`_launch_environment`), not a later session or child of this process.
+    launch_env = {PANDAS_ENV: "0"} if job.transform_sql is not None else {}
     conf = job_spark_conf(loaded)
     if not launched_by_spark_submit():  # the driver JVM logs to the folder from its first line
         conf[OPTIONS_KEY] = f"{conf.get(OPTIONS_KEY, '')} {spark_log_options(logs)}".strip()
@@ -474,7 +477,7 @@ def run_loaded(
         if launched_by_spark_submit():  # spark-submit's JVM is this process's parent: its output is its own
             spark = local_session(f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=conf)
         else:
-            with child_output_to(logs / JVM_OUTPUT_FILE) as jvm_output:
+            with child_output_to(logs / JVM_OUTPUT_FILE) as jvm_output, _launch_environment(launch_env):
                 try:
                     spark = local_session(f"ethereal-kafka-{job.app_id}", master=job.spark_master, conf=conf)
                 except SparkSetupError as exc:
@@ -497,6 +500,19 @@ def run_loaded(
             log.info("%s", line)
     log.info("%s", report.line())
     return report
+
+
+@contextlib.contextmanager
+def _launch_environment(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` in this process's environment while the driver JVM starts (the JVM, and the Python workers it
+    forks later, keep the copy it started with), each variable the user set left as it is; restored after."""
+    added = {name: value for name, value in values.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def observe_last_progress(metrics: JobMetrics, query: StreamingQuery) -> None:

@@ -174,8 +174,12 @@ def _queries_without_a_commit(root: Path, committed_before: set[tuple[str, int]]
     new = _log_files(root, "commits") - committed_before
     if not new:
         return {"*"}
-    started = {folder.parent.name for folder in root.glob("*/offsets")}
-    return started - {query for query, _ in new}
+    return _queries(root) - {query for query, _ in new}
+
+
+def _queries(root: Path) -> set[str]:
+    """The queries under the checkpoint root that have planned an epoch (an offset log)."""
+    return {folder.parent.name for folder in root.glob("*/offsets")}
 
 
 def _log_files(root: Path, log: str) -> set[tuple[str, int]]:
@@ -231,7 +235,7 @@ def _kill_moment(
     if target != "epoch":
         # A step of one query's transactions, each query in turn at random: a step of "any query" would nearly
         # always be the fastest query's, and the slower queries' transactions would never see a kill.
-        queries = sorted({folder.parent.name for folder in root.glob("*/offsets")})
+        queries = sorted(_queries(root))
         query = rng.choice(queries) if queries else None
         seen = len(_trace_lines(trace))
         while not any(is_step(line, target, query) for line in _trace_lines(trace)[seen:]):
@@ -246,11 +250,18 @@ def _kill_moment(
         return target
 
 
-def is_step(line: str, step: str, query: str | None) -> bool:
-    """Whether a fault-trace line (`<unix time> <query> <epoch> <task> <step>`) is `step` of `query` (of any query
-    when None)."""
+def trace_step(line: str) -> tuple[str, int, str, str] | None:
+    """`(query, epoch, task, step)` of a fault-trace line (`<unix time> <query> <epoch> <task> <step>`), or None."""
     parts = line.split()
-    return len(parts) == 5 and parts[4] == step and (query is None or parts[1] == query)
+    if len(parts) != 5 or not parts[2].isdigit():
+        return None
+    return parts[1], int(parts[2]), parts[3], parts[4]
+
+
+def is_step(line: str, step: str, query: str | None) -> bool:
+    """Whether a fault-trace line is `step` of `query` (of any query when None)."""
+    parsed = trace_step(line)
+    return parsed is not None and parsed[3] == step and (query is None or parsed[0] == query)
 
 
 def _trace_lines(trace: Path) -> list[str]:
@@ -268,9 +279,10 @@ def describe_kill(root: Path, trace: Path) -> str:
     steps: dict[tuple[str, int, str], str] = {}
     with contextlib.suppress(OSError):
         for line in trace.read_text(encoding="utf-8").splitlines():
-            parts = line.split()
-            if len(parts) == 5:
-                steps[(parts[1], int(parts[2]), parts[3])] = parts[4]
+            parsed = trace_step(line)
+            if parsed is not None:
+                query, epoch, task, step = parsed
+                steps[(query, epoch, task)] = step
     parts = []
     for query in sorted({q for q, _ in planned}):
         epoch = max(e for q, e in planned if q == query)

@@ -106,3 +106,20 @@ def read_json(bootstrap: str, topic: str) -> list[dict[str, Any]]:
 def read_records(bootstrap: str, topic: str) -> list[ReadRecord]:
     """The committed records of `topic` (read_committed, to the end)."""
     return read_committed(bootstrap, topic, timeout_s=60)
+
+
+def by_partition(bootstrap: str, topic: str) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    """The committed `(key, value)` bytes of `topic`, per partition in offset order (for byte-for-byte checks)."""
+    out: dict[int, list[tuple[bytes | None, bytes | None]]] = defaultdict(list)
+    for record in read_records(bootstrap, topic):
+        out[record.partition].append((record.key, record.value))
+    return dict(out)
+
+
+def per_key(records: list[dict[str, Any]], field: str) -> dict[str, list[str]]:
+    """Each key's records (keyed by `field`) in order, as canonical JSON: a key's records go to one partition, in
+    the order the operator emitted them."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for record in records:
+        out[record[field]].append(json.dumps(record, sort_keys=True))
+    return dict(out)

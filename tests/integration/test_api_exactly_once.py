@@ -6,9 +6,8 @@ with fixed epochs the killed run writes the same bytes as a run without kills.""
 from __future__ import annotations
 
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,7 +17,14 @@ from ethereal_kafka.testing.crash import compare, run_with_kills
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration import ref_connected as cref
 from tests.integration import ref_keyed as ref
-from tests.integration.api_helpers import base_ts, feed_events, read_json, read_records, write_api_job
+from tests.integration.api_helpers import (
+    base_ts,
+    by_partition,
+    feed_events,
+    per_key,
+    read_json,
+    write_api_job,
+)
 from tests.integration.connected_jobs import EVENT_DDL as PAYMENT_DDL
 from tests.integration.connected_jobs import LIMIT_DDL
 from tests.integration.eos_helpers import FINAL_RUN
@@ -177,24 +183,9 @@ def test_timers_a_window_into_two_sinks_and_connected_streams_survive_kills(
         result = compare(map(ref.dumps, expected), map(ref.dumps, got))
         print(f"{sink}: {result.line(run.kills)}")
         assert (result.duplicates, result.lost, result.unexpected) == (0, 0, 0), sink
-        assert _per_key(got, field) == _per_key(expected, field), sink
+        assert per_key(got, field) == per_key(expected, field), sink
         clean_epochs = ref.committed_epochs(clean.checkpoint / sink)
         assert [e.ends for e in clean_epochs] == [e.ends for e in epochs], sink
-        assert _by_partition(bs, connected[sink]) == _by_partition(bs, clean_sinks[sink][0]), sink
+        assert by_partition(bs, connected[sink]) == by_partition(bs, clean_sinks[sink][0]), sink
     follow_ups = sum(r["kind"] == "timer" for r in read_json(bs, connected[CONNECTED.alerts]))
     assert follow_ups > 100, follow_ups
-
-
-def _per_key(records: list[dict[str, Any]], field: str) -> dict[str, list[str]]:
-    """Each key's records in order: a key's records go to one partition, in the order the operator emitted them."""
-    out: dict[str, list[str]] = defaultdict(list)
-    for record in records:
-        out[record[field]].append(ref.dumps(record))
-    return dict(out)
-
-
-def _by_partition(bootstrap: str, topic: str) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
-    out: dict[int, list[tuple[bytes | None, bytes | None]]] = defaultdict(list)
-    for record in read_records(bootstrap, topic):
-        out[record.partition].append((record.key, record.value))
-    return dict(out)

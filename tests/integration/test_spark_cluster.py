@@ -134,9 +134,9 @@ def test_an_executor_killed_inside_a_transaction_loses_and_repeats_nothing(
     tmp_path: Path,
 ) -> None:
     """`ethereal-kafka run` with `spark.master=spark://...` in the job file. The driver lives, one executor's JVM is
-    SIGKILLed while a sink task on it holds an open transaction (seen
-    through the fault trace): Spark declares the executor lost and runs its tasks again elsewhere; the new attempts
-    fence the dead one's transactional ids (aborting what it left open) and commit. The output is exact."""
+    SIGKILLed while a sink task on it holds an open transaction (seen through the fault trace): Spark declares the
+    executor lost and runs its tasks again elsewhere; the new attempts fence the dead one's transactional ids
+    (aborting what it left open) and commit. The output is exact."""
     import os
     import signal
 

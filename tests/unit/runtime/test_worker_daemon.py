@@ -68,3 +68,20 @@ def test_a_job_without_pandas_hides_it_from_the_daemon_and_its_arrow_conversions
         env={**os.environ, worker_daemon.PANDAS_ENV: "0"},
     )
     assert done.stdout.strip() == "hidden False"
+
+
+def test_a_transform_sql_run_hides_pandas_only_from_the_jvm_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`run` sets `PANDAS_ENV=0` while its driver JVM starts and takes it back after: a later session or child of
+    the same process (the demo, a test process) keeps pandas; a value the user set stays as it is."""
+    from ethereal_kafka.runtime.runner import _launch_environment
+
+    monkeypatch.delenv(worker_daemon.PANDAS_ENV, raising=False)
+    with _launch_environment({worker_daemon.PANDAS_ENV: "0"}):
+        assert os.environ[worker_daemon.PANDAS_ENV] == "0"
+    assert worker_daemon.PANDAS_ENV not in os.environ
+    monkeypatch.setenv(worker_daemon.PANDAS_ENV, "1")
+    with _launch_environment({worker_daemon.PANDAS_ENV: "0"}):
+        assert os.environ[worker_daemon.PANDAS_ENV] == "1"
+    assert os.environ[worker_daemon.PANDAS_ENV] == "1"
