@@ -310,6 +310,10 @@ class JobConfig(Model):
         5000, key="autoscale.interval.ms", check=positive, doc="how often the scaling policy is evaluated"
     )
 
+    def query_checkpoint(self, query: str) -> str:
+        """The Spark checkpoint folder of the job's query `query` (one per query under `checkpoint.location`)."""
+        return f"{self.checkpoint_location.rstrip('/')}/{query}"
+
     @property
     def epoch_target(self) -> int:
         """The adaptive sizing target in ms: `epoch.target.ms`, or the trigger interval (under exactly-once capped

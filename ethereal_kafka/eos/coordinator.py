@@ -114,7 +114,7 @@ class CheckpointCoordinator:
     # -- start-up ------------------------------------------------------------------------------------------------
     def location(self, query: str) -> str:
         """The Spark checkpoint folder of `query`."""
-        return f"{self.job.checkpoint_location.rstrip('/')}/{query}"
+        return self.job.query_checkpoint(query)
 
     def prepare(self, queries: Sequence[Query], replaying: bool = False) -> None:
         """Check recovery, create the progress topic, claim the app, check timeouts, fence the id pool.

@@ -22,6 +22,7 @@ from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.plan import broadcast, connected, joins, keyed, lookup, stateless, windows  # noqa: F401
 from ethereal_kafka.plan.classify import classify
 from ethereal_kafka.plan.context import CompileContext
+from ethereal_kafka.plan.event_time import carried_watermarks
 from ethereal_kafka.plan.lookup import pin_lookup_tables
 from ethereal_kafka.plan.outputs import bind_sinks
 from ethereal_kafka.plan.query import Query
@@ -52,8 +53,17 @@ def compile_graph(
     compiled = []
     for planned in group_sinks(graph, connectors.sources):
         plan = pin_lookup_tables(planned, graph, dict(connectors.tables))
+        carried = carried_watermarks(plan.sinks) if job is not None and job.checkpoint_location else ()
         ctx = CompileContext(
-            spark, job, plan.sources, dict(connectors.sinks), dict(connectors.tables), plan.name, user_errors
+            spark,
+            job,
+            plan.sources,
+            dict(connectors.sinks),
+            dict(connectors.tables),
+            plan.name,
+            user_errors,
+            carried,
+            job.query_checkpoint(plan.name) if carried and job is not None else None,
         )
         frame, sinks = bind_sinks(ctx, plan)
         layout, stateful, _ = classify(frame)
@@ -66,6 +76,7 @@ def compile_graph(
             "append",
             watermark_settings(plan.sinks),
             tuple(s.sink for s in plan.sinks if reads_late_data(s)),
+            carried,
         )
         compiled.append((query, frame))
     return compiled

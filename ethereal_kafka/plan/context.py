@@ -18,7 +18,7 @@ from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.plan.stream import Stream, main_output
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from ethereal_kafka.config.job import JobConfig
     from ethereal_kafka.plan.user_errors import OperatorErrors, UserErrors
@@ -51,6 +51,8 @@ class CompileContext:
         tables: The job's table connectors (lookup joins), by name.
         query: The query's name.
         user_errors: The job's `on.user.error` (None: every user-code error fails the epoch).
+        carried: Ids of the watermark nodes that carry event time across restarts (`plan.event_time`).
+        checkpoint: The query's Spark checkpoint folder (None without a job).
     """
 
     spark: SparkSession
@@ -60,7 +62,19 @@ class CompileContext:
     tables: dict[str, object] = field(default_factory=dict)
     query: str = ""
     user_errors: UserErrors | None = None
+    carried: tuple[int, ...] = ()
+    checkpoint: str | None = None
     _memo: dict[int, Stream] = field(default_factory=dict)
+    _carrier: DataFrame | None = None
+
+    def carrier(self) -> DataFrame:
+        """The query's event-time carrier source (`plan.event_time`), read once per query."""
+        from ethereal_kafka.plan.event_time import carrier_frame
+
+        assert self.checkpoint is not None
+        if self._carrier is None:
+            self._carrier = carrier_frame(self.spark, self.checkpoint)
+        return self._carrier
 
     def errors_for(
         self, node: g.Node, positioned: bool, placed_by: g.Node | None = None

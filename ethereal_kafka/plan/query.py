@@ -43,6 +43,8 @@ class Query:
         spark_conf: Session settings the query must start with (fixed in its checkpoint from the first start), e.g.
             `spark.sql.streaming.multipleWatermarkPolicy=max` when an input declares `with_idleness`.
         late_sinks: The sinks fed by a window's late-data side output (the metrics count their records as late).
+        carried_event_time: Ids of the watermark nodes whose inputs' event time the query carries across restarts
+            (`plan.event_time`); after each epoch's write the runner posts their observed maxima.
     """
 
     name: str
@@ -53,3 +55,4 @@ class Query:
     output_mode: str = "append"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     late_sinks: tuple[str, ...] = ()
+    carried_event_time: tuple[int, ...] = ()

@@ -13,6 +13,7 @@ from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.watermarks import DEFAULT_TIMESTAMP_FIELD
 from ethereal_kafka.plan.conform import source_topics
 from ethereal_kafka.plan.context import CompileContext, register
+from ethereal_kafka.plan.event_time import carried_watermark
 from ethereal_kafka.plan.outputs import side_output
 from ethereal_kafka.plan.pyfuncs import PyStage
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, RECORD_TS, TS, arrow_of, arrow_struct, spark_struct
@@ -117,7 +118,8 @@ def _column(value: Any) -> Column:
 
 @register(g.WatermarkNode)
 def compile_watermark(ctx: CompileContext, node: g.WatermarkNode, inputs: list[Stream]) -> Stream:
-    """`__ts` from the strategy's field or function, then Spark's `withWatermark` on it."""
+    """`__ts` from the strategy's field or function, then Spark's `withWatermark` on it (carrying the input's event
+    time across restarts when the query has several watermarked inputs: `plan.event_time`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, TimestampType
 
@@ -160,7 +162,11 @@ def compile_watermark(ctx: CompileContext, node: g.WatermarkNode, inputs: list[S
         else:
             ts = F.to_timestamp(F.col(f"`{name}`"))
         frame = stream.frame.withColumn(TS, ts)
-    frame = frame.withWatermark(TS, strategy.out_of_orderness.spark_interval())
+    delay = strategy.out_of_orderness.spark_interval()
+    if node.id in ctx.carried and ctx.checkpoint is not None:
+        frame = carried_watermark(frame, node.id, ctx.carrier(), delay)
+    else:
+        frame = frame.withWatermark(TS, delay)
     return stream.with_frame(frame, watermarked=True)
 
 

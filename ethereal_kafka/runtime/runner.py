@@ -26,6 +26,7 @@ from ethereal_kafka.checkpoint.history import HistoryLog
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
+from ethereal_kafka.connectors.event_time import mark_replay
 from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_clients
 from ethereal_kafka.eos.coordinator import CheckpointCoordinator
 from ethereal_kafka.eos.epoch_writer import EpochWriter
@@ -36,6 +37,7 @@ from ethereal_kafka.runtime.admission import EpochSizer
 from ethereal_kafka.runtime.autoscaler import open_autoscaler
 from ethereal_kafka.runtime.description import RunDescription, write_description
 from ethereal_kafka.runtime.errors import JobFailedError
+from ethereal_kafka.runtime.event_time import CarryEventTime
 from ethereal_kafka.runtime.failure import root_cause
 from ethereal_kafka.runtime.imports import export_to_workers
 from ethereal_kafka.runtime.job import RunningJob
@@ -215,9 +217,19 @@ def _start(
     autoscaler = open_autoscaler(spark, job, bookkeeping, coordinator.gate)
     queries = {}
     for build in builds:
+        write: Any = EpochWriter(coordinator, build.name)
+        if build.carried_event_time:
+            mark_replay(coordinator.location(build.name))
+            write = CarryEventTime(
+                write,
+                spark,
+                f"{job.app_id}-{build.name}",
+                coordinator.location(build.name),
+                build.carried_event_time,
+            )
         writer = (
             pipeline.frames[build.name]
-            .writeStream.foreachBatch(EpochWriter(coordinator, build.name))
+            .writeStream.foreachBatch(write)
             .queryName(f"{job.app_id}-{build.name}")
             .option("checkpointLocation", coordinator.location(build.name))
             .outputMode(build.output_mode)

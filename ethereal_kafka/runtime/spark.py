@@ -197,10 +197,12 @@ def local_session(
 
 def register_sources(spark: SparkSession) -> None:
     """Register ethereal-kafka's Python data sources with `spark` (idempotent)."""
+    from ethereal_kafka.connectors.event_time import EventTimeCarrierSource
     from ethereal_kafka.eos.source import ExactlyOnceKafkaSource
 
     skip_static_source_lookup(spark)
     spark.dataSource.register(ExactlyOnceKafkaSource)
+    spark.dataSource.register(EventTimeCarrierSource)
 
 
 #: Spark's record of the statically installed Python data sources (a `private[spark] var` of the

@@ -153,13 +153,6 @@ def test_co_map_and_a_non_keyed_co_process_function_merge_both_inputs_through_th
     assert sorted(map(dumps, read_json(bs, topics["alerts"]))) == sorted(map(dumps, processed))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known defect (docs/exactly-once.md, 'Watermarks across a restart'): Spark rebuilds each input's "
-    "watermark from the data it reads after a restart, so an input with no new data holds a two-input query's "
-    "watermark where the restart found it; an uninterrupted run moves on",
-)
 def test_a_restart_keeps_the_watermark_of_an_input_that_has_gone_quiet(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
 ) -> None:

@@ -1,0 +1,66 @@
+"""Which watermarks of a query carry their inputs' event time across restarts, and the plan that carries it.
+
+A query with two or more watermarked inputs under Spark's min policy (no input declares `with_idleness`) needs it:
+Spark keeps each input's watermark in memory only, so after a restart an input with nothing new would hold the
+query's watermark back (see `connectors.event_time` for the mechanism and why it is exact on replays). A query with
+one watermarked input, or under the max policy, resumes exactly from Spark's checkpoint and gets nothing extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ethereal_kafka.api import graph as g
+from ethereal_kafka.connectors.event_time import CARRIER_COLUMN, FORMAT, observed_name
+from ethereal_kafka.plan.schema import TS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def carried_watermarks(sinks: Iterable[g.Node]) -> tuple[int, ...]:
+    """Ids of the watermark nodes upstream of `sinks` that carry event time across restarts (sorted; empty when the
+    query has fewer than two or one of them declares idleness)."""
+    found: dict[int, g.WatermarkNode] = {}
+    seen: set[int] = set()
+    stack = list(sinks)
+    while stack:
+        node = stack.pop()
+        if node.id in seen:
+            continue
+        seen.add(node.id)
+        if isinstance(node, g.WatermarkNode):
+            found[node.id] = node
+        stack.extend(node.inputs)
+    if len(found) < 2 or any(n.strategy.idleness is not None for n in found.values()):
+        return ()
+    return tuple(sorted(found))
+
+
+def carrier_frame(spark: SparkSession, query_checkpoint: str) -> DataFrame:
+    """The carrier source of the query whose Spark checkpoint folder is `query_checkpoint` (read once per query:
+    every carried watermark of the query takes its rows from this one frame)."""
+    return spark.readStream.format(FORMAT).option("checkpoint", query_checkpoint).load()
+
+
+def carried_watermark(frame: DataFrame, node_id: int, carrier: DataFrame, delay: str) -> DataFrame:
+    """`frame.withWatermark(TS, delay)` whose input also holds `carrier`'s row for `node_id` (the largest event time
+    read in earlier epochs), observed as `observed_name(node_id)`; the carrier row is dropped after the watermark.
+
+    The filter names `TS`, so Spark's optimizer keeps it above the watermark operator (it pushes only filters not
+    naming the event-time column below it): the carrier row is counted by the watermark, never seen downstream.
+    """
+    from pyspark.sql import functions as F
+
+    carried = carrier.filter(F.col("node") == str(node_id)).select(
+        *[
+            F.col("ts").alias(TS) if name == TS else F.lit(None).cast(field.dataType).alias(name)
+            for name, field in zip(frame.columns, frame.schema.fields, strict=True)
+        ],
+        F.lit(True).alias(CARRIER_COLUMN),
+    )
+    both = frame.withColumn(CARRIER_COLUMN, F.lit(False)).union(carried)
+    observed = both.observe(observed_name(node_id), F.max(F.unix_micros(F.col(TS))).alias("max"))
+    marked = observed.withWatermark(TS, delay)
+    return marked.filter(~F.col(CARRIER_COLUMN) | F.col(TS).isNull()).drop(CARRIER_COLUMN)
