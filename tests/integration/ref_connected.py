@@ -92,6 +92,19 @@ def split(records: Sequence[Record], epochs: Sequence[Epoch], topic: str) -> lis
     raise AssertionError(f"no source of the query reads {topic}")
 
 
+def min_watermarks(*inputs: list[list[Record]]) -> list[int]:
+    """Each epoch's watermark of a query over watermarked `inputs` (each split by epoch, `split`) under the min
+    policy, restart or not: the smallest over the inputs of their largest event time read in earlier epochs, less
+    the bound, never lower than the epoch before (0 while an input has read nothing)."""
+    expected, seen = [0], [0] * len(inputs)
+    for k in range(1, len(inputs[0])):
+        for i, parts in enumerate(inputs):
+            seen[i] = max([seen[i], *(r.ts for r in parts[k - 1])])
+        moved = min(seen) - BOUND_MS if all(seen) else 0
+        expected.append(max(expected[-1], moved))
+    return expected
+
+
 def limit_check(events: list[list[Record]], limits: list[list[Record]]) -> list[dict[str, Any]]:
     """`connected_jobs.LimitCheck`'s output, epoch by epoch."""
     limit: dict[str, int] = {}

@@ -13,13 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration import ref_connected as ref
 from tests.integration.api_helpers import ApiJob, base_ts, feed_events, per_key, read_json, write_api_job
-from tests.integration.connected_jobs import BOUND_MS, EVENT_DDL, LIMIT_DDL
+from tests.integration.connected_jobs import EVENT_DDL, LIMIT_DDL
 from tests.integration.ref_keyed import committed_epochs, dumps
 
 SINK = "value.format=json\nkey.format=string\n"
@@ -172,10 +170,4 @@ def test_a_restart_keeps_the_watermark_of_an_input_that_has_gone_quiet(
 
     epochs = committed_epochs(job.checkpoint / "out")
     parts = (ref.split(events, epochs, topics["events"]), ref.split(limits, epochs, topics["limits"]))
-    expected, seen = [0], [0, 0]
-    for k in range(1, len(epochs)):
-        for i, split in enumerate(parts):
-            seen[i] = max([seen[i], *(r.ts for r in split[k - 1])])
-        moved = min(seen) - BOUND_MS if all(seen) else 0
-        expected.append(max(expected[-1], moved))
-    assert [e.watermark_ms for e in epochs] == expected
+    assert [e.watermark_ms for e in epochs] == ref.min_watermarks(*parts)
