@@ -1,0 +1,67 @@
+"""The event-time carrier's files and offsets (`connectors.event_time`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ethereal_kafka.connectors.event_time import (
+    KEPT,
+    OFFSET_KEY,
+    RUN_KEY,
+    CarrierReader,
+    first_epoch,
+    mark_replay,
+    maxima_path,
+    post_maxima,
+    read_maxima,
+)
+
+
+def _log(checkpoint: Path, kind: str, epoch: int, *sources: object) -> None:
+    folder = checkpoint / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["v1", json.dumps({"batchWatermarkMs": 0})] + [json.dumps(s) for s in sources]
+    (folder / str(epoch)).write_text("\n".join(lines), encoding="utf-8")
+
+
+def test_posted_maxima_are_read_per_committed_epoch(tmp_path: Path) -> None:
+    path = maxima_path(tmp_path)
+    assert read_maxima(path, 3) == {}
+    for epoch in range(KEPT + 3):
+        post_maxima(path, epoch, {"1": 1000 + epoch})
+    assert read_maxima(path, None) == {}
+    assert read_maxima(path, 9) == {"1": 1009}
+    assert read_maxima(path, 99) == {"1": 1000 + KEPT + 2}
+    assert len(json.loads(path.read_text())["entries"]) == KEPT
+    # a replayed epoch replaces its entry and drops any later one
+    post_maxima(path, 5, {"1": 7})
+    assert read_maxima(path, 99) == {"1": 7}
+
+
+def test_the_offset_carries_the_last_committed_epochs_maxima_and_the_start(tmp_path: Path) -> None:
+    post_maxima(maxima_path(tmp_path), 0, {"1": 10})
+    post_maxima(
+        maxima_path(tmp_path), 1, {"1": 20}
+    )  # posted, then the run died before Spark committed epoch 1
+    _log(tmp_path, "commits", 0)
+    reader = CarrierReader(str(tmp_path))
+    assert first_epoch(tmp_path) == 1
+    assert reader.latestOffset({}, None) == {OFFSET_KEY: {"1": 10}, RUN_KEY: 1}  # type: ignore[arg-type]
+    (partition,) = reader.partitions({}, {OFFSET_KEY: {"1": 20, "2": 5}, RUN_KEY: 1})
+    rows = list(reader.read(partition))
+    assert [(node, int(ts.timestamp() * 1_000_000)) for node, ts in rows] == [("1", 20), ("2", 5)]
+
+
+def test_a_replayed_epoch_is_marked_with_the_start_and_keeps_its_maxima(tmp_path: Path) -> None:
+    carrier = {OFFSET_KEY: {"1": 10}, RUN_KEY: 0}
+    _log(tmp_path, "offsets", 0, {"t": {"0": 5}}, carrier)
+    _log(tmp_path, "commits", 0)
+    _log(tmp_path, "offsets", 1, {"t": {"0": 9}}, carrier)
+    assert mark_replay(tmp_path) == 1
+    lines = (tmp_path / "offsets" / "1").read_text().split("\n")
+    assert json.loads(lines[2]) == {"t": {"0": 9}}
+    assert json.loads(lines[3]) == {OFFSET_KEY: {"1": 10}, RUN_KEY: 1}
+    # nothing to replay once epoch 1 is committed
+    _log(tmp_path, "commits", 1)
+    assert mark_replay(tmp_path) is None
