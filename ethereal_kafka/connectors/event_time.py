@@ -8,11 +8,15 @@ yet", which holds the global watermark where the restart found it: windows and j
 sees data again. The same input offsets then give other output depending on when the job restarted.
 
 How (see docs/exactly-once.md, "Event time across restarts"):
-- Each watermarked input of such a query (`plan.event_time`) is unioned, just before its `withWatermark`, with the
-  rows of this source for its node: one row whose event time is the largest the input read in the epochs before.
-  Spark's watermark operator counts the row like any other, so its per-input watermark is where it was before the
-  restart; a filter after the watermark drops the row. The same union is observed (`observe`, the largest event
-  time per input, the carrier row included).
+- Each watermarked input of such a query (`plan.event_time`) is unioned, just before its `withWatermark`, with a
+  carrier source of its own: in an epoch where the carrier plans rows, one row whose event time is the largest the
+  input read in the epochs before. Spark's watermark operator counts the row like any other, so its per-input
+  watermark is where it was before the restart; a filter after the watermark drops the row. The watermark's output
+  is observed (`observe`, the largest event time per input, the carrier row included).
+- The carrier's schema is the input's own (every column but the event time is null in its row, read from the
+  source, never a literal): Spark's optimizer infers constraints from literals in a plan (`null AS order_id` gives
+  `order_id IS NULL`) and, across a stream-stream join, pushes them into the other input, where they would drop
+  real records in an epoch whose union holds the carrier's row only.
 - After each epoch's write, inside `foreachBatch`, the runner reads the observed maxima of the epoch from the
   query's last execution and posts them here (`post_maxima`), in the query's Spark checkpoint folder, before Spark
   commits the epoch.
@@ -43,7 +47,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from ethereal_kafka.paths import write_durably
 
@@ -58,8 +62,8 @@ CARRIER_COLUMN = "__carrier"
 FILE_NAME = "ethereal-kafka-event-time.json"
 #: Epochs whose maxima the file keeps (a restart needs only the last committed one's).
 KEPT = 8
-#: The carrier's schema: the watermark node it is for and the largest event time read before (UTC).
-SCHEMA = "node string, ts timestamp"
+#: The event-time column of a carrier row (the input's `__ts`).
+TS_COLUMN = "__ts"
 
 
 def observed_name(node_id: int) -> str:
@@ -149,35 +153,49 @@ def mark_replay(query_checkpoint: str | Path) -> int | None:
             changed = True
     if changed:
         write_durably(path, "\n".join(lines))
+        # Hadoop's local file system keeps a checksum beside each log file and checks it only when present.
+        path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
     return epoch
 
 
 class CarrierPartition(InputPartition):
-    """The one partition of an epoch: the maxima its end offset carries."""
+    """The one partition of an epoch: the largest event time its end offset carries for the node (µs)."""
 
-    def __init__(self, maxima: Mapping[str, int]) -> None:
-        self.maxima = dict(maxima)
+    def __init__(self, micros: int) -> None:
+        self.micros = micros
 
 
 class EventTimeCarrierSource(DataSource):
-    """`spark.readStream.format(FORMAT).option("checkpoint", <the query's Spark checkpoint folder>).load()`."""
+    """`spark.readStream.format(FORMAT).options(checkpoint=<the query's Spark checkpoint folder>, node=<watermark
+    node id>, schema=<the input's schema as JSON>).load()`: rows of the input's schema, every column null but
+    `__ts`."""
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> str:
-        return SCHEMA
+    def schema(self) -> StructType:
+        return carrier_schema(str(self.options["schema"]))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return CarrierReader(str(self.options["checkpoint"]))
+        return CarrierReader(str(self.options["checkpoint"]), str(self.options["node"]), schema)
+
+
+def carrier_schema(schema_json: str) -> StructType:
+    """The carrier's schema: the input's (`StructType.json()`), every column nullable."""
+    schema = StructType.fromJson(json.loads(schema_json))
+    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
 
 
 class CarrierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """See the module docstring. `availableNow` needs nothing fixed: the maxima are read at every planning."""
 
-    def __init__(self, checkpoint: str) -> None:
+    def __init__(self, checkpoint: str, node: str = "", schema: StructType | None = None) -> None:
         self.checkpoint = checkpoint
+        self.node = node
+        names = schema.fieldNames() if schema is not None else [TS_COLUMN]
+        self.width = len(names)
+        self.ts_index = names.index(TS_COLUMN)
         self.run = first_epoch(checkpoint)  # Spark builds the reader as the query starts, before any epoch
 
     def initialOffset(self) -> dict[str, Any]:
@@ -191,22 +209,25 @@ class CarrierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The maxima posted for the last epoch Spark committed (Spark calls this after that epoch's
-        `foreachBatch`, which posted them)."""
+        `foreachBatch`, which posted them), and this start."""
         through = last_committed(self.checkpoint)
         return {OFFSET_KEY: read_maxima(maxima_path(self.checkpoint), through), RUN_KEY: self.run}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One partition carrying `end`'s maxima; pure (Spark asks only when `end` differs from `start`)."""
-        return [CarrierPartition(end.get(OFFSET_KEY, {}))]
+        """One partition carrying the node's maximum in `end` (none before the input read anything); pure. Spark
+        asks only in an epoch where the offset moved."""
+        micros = end.get(OFFSET_KEY, {}).get(self.node)
+        return [] if micros is None else [CarrierPartition(int(micros))]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release."""
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[str, datetime.datetime]]:
-        """One row per node: its id and its largest event time read before the epoch."""
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """The node's row: null everywhere but the event time."""
         assert isinstance(partition, CarrierPartition)
-        for node, micros in sorted(partition.maxima.items()):
-            yield (
-                node,
-                datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=micros),
-            )
+        row: list[Any] = [None] * self.width
+        row[self.ts_index] = _EPOCH + datetime.timedelta(microseconds=partition.micros)
+        yield tuple(row)
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)

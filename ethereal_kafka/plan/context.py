@@ -19,6 +19,7 @@ from ethereal_kafka.plan.stream import Stream, main_output
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from ethereal_kafka.config.job import JobConfig
     from ethereal_kafka.plan.user_errors import OperatorErrors, UserErrors
@@ -65,16 +66,13 @@ class CompileContext:
     carried: tuple[int, ...] = ()
     checkpoint: str | None = None
     _memo: dict[int, Stream] = field(default_factory=dict)
-    _carrier: DataFrame | None = None
 
-    def carrier(self) -> DataFrame:
-        """The query's event-time carrier source (`plan.event_time`), read once per query."""
+    def carrier(self, node_id: int, schema: StructType) -> DataFrame:
+        """Watermark node `node_id`'s event-time carrier source (`plan.event_time`), with its input's `schema`."""
         from ethereal_kafka.plan.event_time import carrier_frame
 
         assert self.checkpoint is not None
-        if self._carrier is None:
-            self._carrier = carrier_frame(self.spark, self.checkpoint)
-        return self._carrier
+        return carrier_frame(self.spark, self.checkpoint, node_id, schema)
 
     def errors_for(
         self, node: g.Node, positioned: bool, placed_by: g.Node | None = None

@@ -17,6 +17,7 @@ from ethereal_kafka.plan.schema import TS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 
 def carried_watermarks(sinks: Iterable[g.Node]) -> tuple[int, ...]:
@@ -38,29 +39,34 @@ def carried_watermarks(sinks: Iterable[g.Node]) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def carrier_frame(spark: SparkSession, query_checkpoint: str) -> DataFrame:
-    """The carrier source of the query whose Spark checkpoint folder is `query_checkpoint` (read once per query:
-    every carried watermark of the query takes its rows from this one frame)."""
-    return spark.readStream.format(FORMAT).option("checkpoint", query_checkpoint).load()
+def carrier_frame(spark: SparkSession, query_checkpoint: str, node_id: int, schema: StructType) -> DataFrame:
+    """The carrier source of watermark node `node_id` of the query whose Spark checkpoint folder is
+    `query_checkpoint`, with the input's `schema` (`connectors.event_time`)."""
+    return (
+        spark.readStream.format(FORMAT)
+        .option("checkpoint", query_checkpoint)
+        .option("node", str(node_id))
+        .option("schema", schema.json())
+        .load()
+    )
 
 
 def carried_watermark(frame: DataFrame, node_id: int, carrier: DataFrame, delay: str) -> DataFrame:
-    """`frame.withWatermark(TS, delay)` whose input also holds `carrier`'s row for `node_id` (the largest event time
-    read in earlier epochs), observed as `observed_name(node_id)`; the carrier row is dropped after the watermark.
+    """`frame.withWatermark(TS, delay)` whose input also holds `carrier`'s row (the largest event time read in
+    earlier epochs), observed as `observed_name(node_id)`; the carrier row is dropped after the watermark.
 
-    The filter names `TS`, so Spark's optimizer keeps it above the watermark operator (it pushes only filters not
-    naming the event-time column below it): the carrier row is counted by the watermark, never seen downstream.
+    The order matters. The watermark sits right on the union, and the observation (Spark's `CollectMetrics`, which
+    its optimizer never pushes a filter through) between the watermark and the filter: filters Spark infers later
+    (`order_id IS NOT NULL` for a join key) stop above the observation instead of dropping the carrier row before
+    the watermark counted it. A data row without event time is kept.
     """
     from pyspark.sql import functions as F
 
-    carried = carrier.filter(F.col("node") == str(node_id)).select(
-        *[
-            F.col("ts").alias(TS) if name == TS else F.lit(None).cast(field.dataType).alias(name)
-            for name, field in zip(frame.columns, frame.schema.fields, strict=True)
-        ],
-        F.lit(True).alias(CARRIER_COLUMN),
+    carried = carrier.select(
+        *[F.col(f"`{name}`") for name in frame.columns], F.lit(True).alias(CARRIER_COLUMN)
     )
     both = frame.withColumn(CARRIER_COLUMN, F.lit(False)).union(carried)
-    observed = both.observe(observed_name(node_id), F.max(F.unix_micros(F.col(TS))).alias("max"))
-    marked = observed.withWatermark(TS, delay)
-    return marked.filter(~F.col(CARRIER_COLUMN) | F.col(TS).isNull()).drop(CARRIER_COLUMN)
+    marked = both.withWatermark(TS, delay)
+    observed = marked.observe(observed_name(node_id), F.max(F.unix_micros(F.col(TS))).alias("max"))
+    earliest = F.lit("0001-01-01 00:00:00").cast("timestamp")
+    return observed.filter(~(F.col(CARRIER_COLUMN) & (F.col(TS) >= earliest))).drop(CARRIER_COLUMN)

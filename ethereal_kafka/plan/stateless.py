@@ -164,7 +164,7 @@ def compile_watermark(ctx: CompileContext, node: g.WatermarkNode, inputs: list[S
         frame = stream.frame.withColumn(TS, ts)
     delay = strategy.out_of_orderness.spark_interval()
     if node.id in ctx.carried and ctx.checkpoint is not None:
-        frame = carried_watermark(frame, node.id, ctx.carrier(), delay)
+        frame = carried_watermark(frame, node.id, ctx.carrier(node.id, frame.schema), delay)
     else:
         frame = frame.withWatermark(TS, delay)
     return stream.with_frame(frame, watermarked=True)

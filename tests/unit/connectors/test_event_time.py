@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
 from ethereal_kafka.connectors.event_time import (
     KEPT,
     OFFSET_KEY,
     RUN_KEY,
     CarrierReader,
+    carrier_schema,
     first_epoch,
     mark_replay,
     maxima_path,
@@ -45,12 +48,15 @@ def test_the_offset_carries_the_last_committed_epochs_maxima_and_the_start(tmp_p
         maxima_path(tmp_path), 1, {"1": 20}
     )  # posted, then the run died before Spark committed epoch 1
     _log(tmp_path, "commits", 0)
-    reader = CarrierReader(str(tmp_path))
+    schema = StructType([StructField("user", StringType(), False), StructField("__ts", TimestampType())])
+    reader = CarrierReader(str(tmp_path), "1", carrier_schema(schema.json()))
     assert first_epoch(tmp_path) == 1
     assert reader.latestOffset({}, None) == {OFFSET_KEY: {"1": 10}, RUN_KEY: 1}  # type: ignore[arg-type]
+    assert reader.partitions({}, {OFFSET_KEY: {"2": 5}, RUN_KEY: 1}) == []  # node 1 read nothing yet
     (partition,) = reader.partitions({}, {OFFSET_KEY: {"1": 20, "2": 5}, RUN_KEY: 1})
-    rows = list(reader.read(partition))
-    assert [(node, int(ts.timestamp() * 1_000_000)) for node, ts in rows] == [("1", 20), ("2", 5)]
+    ((user, ts),) = list(reader.read(partition))
+    assert (user, int(ts.timestamp() * 1_000_000)) == (None, 20)
+    assert all(f.nullable for f in carrier_schema(schema.json()).fields)
 
 
 def test_a_replayed_epoch_is_marked_with_the_start_and_keeps_its_maxima(tmp_path: Path) -> None:
