@@ -20,21 +20,20 @@ How (see docs/exactly-once.md, "Event time across restarts"):
 - After each epoch's write, inside `foreachBatch`, the runner reads the observed maxima of the epoch from the
   query's last execution and posts them here (`post_maxima`), in the query's Spark checkpoint folder, before Spark
   commits the epoch.
-- `latestOffset` reads the maxima posted for the last epoch Spark committed; they become the source's end offset
-  (`{"@event-time": {node: max}, "@event-time-run": first epoch of this start}`), which Spark logs before the
-  epoch runs; `partitions(start, end)` carries the maxima of `end`. Offset keys starting with `@` are not topics
-  (`checkpoint.spark_log`).
-- Spark plans a source's partitions only in an epoch where its offset moved. Within a run that is enough (Spark
-  keeps the per-input watermarks in memory). After a restart the first epoch must carry the maxima: the offset
-  names the start (its first epoch), so the first epoch planned after a restart always has the carrier's rows; and
-  an epoch logged before the crash and replayed now (`uncommitted_epoch`) gets its carrier lines renamed to this
-  start before the query starts (`mark_replay`), so its replay has them too, with the maxima it logged.
+- The carrier's offset is `{"@event-time": {node: max}, "@event-time-run": the first epoch of this start}`, fixed
+  for the whole start: `latestOffset` reads the maxima posted for the last epoch Spark committed once, as the query
+  starts, and returns the same offset after that. Spark plans a source's rows only in an epoch where its offset
+  moved, so the carrier's rows come in the first epoch a start plans and never again within it: within a run Spark
+  keeps each input's watermark in memory, and the carrier makes no epoch of its own. `partitions(start, end)`
+  carries the maxima of `end`. Offset keys starting with `@` are not topics (`checkpoint.spark_log`).
+- An epoch Spark logged before a crash and replays now was logged with an earlier start's offset: before the query
+  starts, its carrier lines get this start's number and the maxima posted for the epoch before it (`mark_replay`,
+  the only write to Spark's offset log: the topics' lines stay as logged), so the replay carries them too.
 
-So a replayed epoch gets the maxima it got the first time, and the first epoch after a restart those of every
-epoch before it. The offset changes only when the maxima or the start do: the source makes Spark run an epoch of
-its own only after an epoch that moved an input's event time, and once after a restart (an epoch of carrier rows
-only: nothing is read from Kafka, nothing moves the watermark, output is what the next epoch would have written
-first).
+So the first epoch after any restart, new or replayed, carries the largest event time of every epoch before it,
+and the watermark of each input resumes where it was. The cost is one epoch of carrier rows at a start that finds
+nothing new to read (nothing is read from Kafka, nothing moves the watermark, output is what the next epoch would
+have written first).
 """
 
 from __future__ import annotations
@@ -131,9 +130,9 @@ def first_epoch(query_checkpoint: str | Path) -> int:
 
 
 def mark_replay(query_checkpoint: str | Path) -> int | None:
-    """Before a start: name this start in the carrier lines of the epoch Spark logged and did not commit (the one
-    it replays), so the replay plans the carrier's rows (see the module docstring); returns that epoch, or None when
-    there is none. The maxima logged stay as they are.
+    """Before a start: give the carrier lines of the epoch Spark logged and did not commit (the one it replays) this
+    start's number and the maxima posted for the epoch before it, so the replay plans the carrier's rows with them
+    (see the module docstring); returns that epoch, or None when there is none.
 
     Raises:
         OSError: the offset log cannot be rewritten.
@@ -143,13 +142,14 @@ def mark_replay(query_checkpoint: str | Path) -> int | None:
         return None
     path = Path(query_checkpoint) / "offsets" / str(epoch)
     lines = path.read_text(encoding="utf-8").split("\n")
+    carried = {OFFSET_KEY: read_maxima(maxima_path(query_checkpoint), epoch - 1), RUN_KEY: epoch}
     changed = False
     for i, line in enumerate(lines[2:], start=2):
         if not line.startswith("{"):
             continue
         value = json.loads(line)
-        if isinstance(value, dict) and OFFSET_KEY in value and value.get(RUN_KEY) != epoch:
-            lines[i] = json.dumps({**value, RUN_KEY: epoch}, separators=(",", ":"))
+        if isinstance(value, dict) and OFFSET_KEY in value and value != carried:
+            lines[i] = json.dumps(carried, separators=(",", ":"))
             changed = True
     if changed:
         write_durably(path, "\n".join(lines))
@@ -197,6 +197,7 @@ class CarrierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.width = len(names)
         self.ts_index = names.index(TS_COLUMN)
         self.run = first_epoch(checkpoint)  # Spark builds the reader as the query starts, before any epoch
+        self._offset: dict[str, Any] | None = None
 
     def initialOffset(self) -> dict[str, Any]:
         return {OFFSET_KEY: {}, RUN_KEY: -1}
@@ -208,14 +209,16 @@ class CarrierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to fix: an `availableNow` run reads the maxima as its epochs commit."""
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """The maxima posted for the last epoch Spark committed (Spark calls this after that epoch's
-        `foreachBatch`, which posted them), and this start."""
-        through = last_committed(self.checkpoint)
-        return {OFFSET_KEY: read_maxima(maxima_path(self.checkpoint), through), RUN_KEY: self.run}
+        """This start's offset: the maxima posted for the last epoch Spark committed before it (read at the first
+        call; its epoch's `foreachBatch` posted them before Spark committed it), and the start's number."""
+        if self._offset is None:
+            through = last_committed(self.checkpoint)
+            self._offset = {OFFSET_KEY: read_maxima(maxima_path(self.checkpoint), through), RUN_KEY: self.run}
+        return self._offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One partition carrying the node's maximum in `end` (none before the input read anything); pure. Spark
-        asks only in an epoch where the offset moved."""
+        asks only in an epoch where the offset moved: the first of a start."""
         micros = end.get(OFFSET_KEY, {}).get(self.node)
         return [] if micros is None else [CarrierPartition(int(micros))]
 

@@ -52,6 +52,10 @@ def test_the_offset_carries_the_last_committed_epochs_maxima_and_the_start(tmp_p
     reader = CarrierReader(str(tmp_path), "1", carrier_schema(schema.json()))
     assert first_epoch(tmp_path) == 1
     assert reader.latestOffset({}, None) == {OFFSET_KEY: {"1": 10}, RUN_KEY: 1}  # type: ignore[arg-type]
+    # the offset is the start's: later epochs of the run post more, and it stays (no epoch of the carrier's own)
+    _log(tmp_path, "commits", 1)
+    post_maxima(maxima_path(tmp_path), 2, {"1": 30})
+    assert reader.latestOffset({}, None) == {OFFSET_KEY: {"1": 10}, RUN_KEY: 1}  # type: ignore[arg-type]
     assert reader.partitions({}, {OFFSET_KEY: {"2": 5}, RUN_KEY: 1}) == []  # node 1 read nothing yet
     (partition,) = reader.partitions({}, {OFFSET_KEY: {"1": 20, "2": 5}, RUN_KEY: 1})
     ((user, ts),) = list(reader.read(partition))
@@ -59,15 +63,19 @@ def test_the_offset_carries_the_last_committed_epochs_maxima_and_the_start(tmp_p
     assert all(f.nullable for f in carrier_schema(schema.json()).fields)
 
 
-def test_a_replayed_epoch_is_marked_with_the_start_and_keeps_its_maxima(tmp_path: Path) -> None:
-    carrier = {OFFSET_KEY: {"1": 10}, RUN_KEY: 0}
-    _log(tmp_path, "offsets", 0, {"t": {"0": 5}}, carrier)
+def test_a_replayed_epoch_is_marked_with_the_start_and_the_maxima_before_it(tmp_path: Path) -> None:
+    started = {OFFSET_KEY: {"1": 10}, RUN_KEY: 0}  # the offset of the start that logged both epochs
+    _log(tmp_path, "offsets", 0, {"t": {"0": 5}}, started)
     _log(tmp_path, "commits", 0)
-    _log(tmp_path, "offsets", 1, {"t": {"0": 9}}, carrier)
+    post_maxima(maxima_path(tmp_path), 0, {"1": 15})
+    _log(tmp_path, "offsets", 1, {"t": {"0": 9}}, started)
+    post_maxima(maxima_path(tmp_path), 1, {"1": 25})  # posted; the crash came before Spark committed epoch 1
+    (tmp_path / "offsets" / ".1.crc").write_bytes(b"stale")
     assert mark_replay(tmp_path) == 1
     lines = (tmp_path / "offsets" / "1").read_text().split("\n")
     assert json.loads(lines[2]) == {"t": {"0": 9}}
-    assert json.loads(lines[3]) == {OFFSET_KEY: {"1": 10}, RUN_KEY: 1}
+    assert json.loads(lines[3]) == {OFFSET_KEY: {"1": 15}, RUN_KEY: 1}
+    assert not (tmp_path / "offsets" / ".1.crc").exists()
     # nothing to replay once epoch 1 is committed
     _log(tmp_path, "commits", 1)
     assert mark_replay(tmp_path) is None
