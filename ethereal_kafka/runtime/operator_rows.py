@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ethereal_kafka.plan.schema import TS
+
 #: Physical operators that pass every row through (the count below them is theirs).
 PASS_THROUGH = frozenset(
     {
@@ -62,6 +64,8 @@ FRAMEWORK = frozenset({"TransformWithStateInPySpark", "TransformWithStateInPanda
 SCANS = frozenset({"MicroBatchScan"})
 #: What Spark reads in place of a source that has no new data in the epoch (an empty streaming `LocalRelation`).
 EMPTY_SCAN = "LocalTableScan"
+#: The leaf `read_plan` gives an input's event-time carrier scan (`plan.event_time`).
+CARRIER = "EventTimeCarrier"
 #: Graph operator kinds (`plan.describe`) that never change the number of rows.
 ROW_PRESERVING = frozenset({"select", "with_columns", "watermark", "key_by", "union"})
 
@@ -88,16 +92,36 @@ class PhysicalOp:
 def read_plan(node: Any) -> PhysicalOp:
     """The tree under a JVM `SparkPlan` (py4j), with each operator's row count (one metric read per counting
     operator; pass-through operators read none). Called on the driver after an epoch's write returned, when the
-    plan's SQL metrics hold the whole epoch."""
+    plan's SQL metrics hold the whole epoch. An input's event-time carrier (`plan.event_time`: a union branch whose
+    scan already has the event-time column, which a source's never has) is left out: it is no operator of the
+    graph."""
     name = str(node.nodeName())
     children = node.children()
     kids = tuple(read_plan(children.apply(i)) for i in range(children.size()))
+    if not kids and name in SCANS | {EMPTY_SCAN}:
+        output = node.output()
+        if any(str(output.apply(i).name()) == TS for i in range(output.size())):
+            return PhysicalOp(CARRIER)
+    if name == "Union":
+        kids = without_carriers(kids)
     if name in PASS_THROUGH:
         return PhysicalOp(name, None, "", kids)
     metric = node.metrics().get(ROWS_METRIC.get(name, "numOutputRows"))
     rows = int(metric.get().value()) if metric.isDefined() else None
     stage = str(node.func().toString()).split("(", 1)[0] if name in PYTHON_STAGES else ""
     return PhysicalOp(name, rows, stage, kids)
+
+
+def without_carriers(branches: Sequence[PhysicalOp]) -> tuple[PhysicalOp, ...]:
+    """A union's inputs without its event-time carrier branches (each a chain of single-input operators ending at
+    a `CARRIER` leaf)."""
+
+    def carrier(op: PhysicalOp) -> bool:
+        while len(op.children) == 1:
+            op = op.children[0]
+        return op.name == CARRIER and not op.children
+
+    return tuple(b for b in branches if not carrier(b))
 
 
 def rows_below(op: PhysicalOp) -> int | None:

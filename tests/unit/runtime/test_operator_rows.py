@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ethereal_kafka.runtime.operator_rows import PhysicalOp, operator_rows
+from ethereal_kafka.runtime.operator_rows import CARRIER, PhysicalOp, operator_rows, without_carriers
 
 Q = "late+totals"
 
@@ -145,3 +145,14 @@ def _flatten(op: PhysicalOp) -> list[PhysicalOp]:
         op = op.children[0]
         out.append(op)
     return out
+
+
+def test_an_inputs_event_time_carrier_is_left_out_of_its_union() -> None:
+    """A query with two watermarked inputs unions each with its carrier (`plan.event_time`); `read_plan` reads the
+    carrier's scan as a `CARRIER` leaf, and the union keeps only the input's own branch."""
+    data = _chain(PhysicalOp("Project"), PhysicalOp("MicroBatchScan", 300))
+    carried = _chain(PhysicalOp("Project"), PhysicalOp(CARRIER))
+    assert without_carriers((data, carried)) == (data,)
+    assert without_carriers((carried,)) == ()
+    plain = _windowed_plan(scanned=300, kept=297, emitted=40)
+    assert without_carriers((plain,)) == (plain,)
