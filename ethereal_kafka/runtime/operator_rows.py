@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ethereal_kafka.connectors.event_time import CARRIER_COLUMN
 from ethereal_kafka.plan.schema import TS
 
 #: Physical operators that pass every row through (the count below them is theirs).
@@ -92,15 +93,23 @@ class PhysicalOp:
 def read_plan(node: Any) -> PhysicalOp:
     """The tree under a JVM `SparkPlan` (py4j), with each operator's row count (one metric read per counting
     operator; pass-through operators read none). Called on the driver after an epoch's write returned, when the
-    plan's SQL metrics hold the whole epoch. An input's event-time carrier (`plan.event_time`: a union branch whose
-    scan already has the event-time column, which a source's never has) is left out: it is no operator of the
-    graph."""
+    plan's SQL metrics hold the whole epoch.
+
+    An input's event-time carrier (`plan.event_time`) is no operator of the graph: its scan (the only one whose
+    output has the event-time column but not the carrier flag) is left out of the union it feeds; where Spark
+    dropped the input's own branch (no new records in the epoch), the carrier stands in for that source's empty
+    scan."""
+    return _settle(_read(node))
+
+
+def _read(node: Any) -> PhysicalOp:
     name = str(node.nodeName())
     children = node.children()
-    kids = tuple(read_plan(children.apply(i)) for i in range(children.size()))
+    kids = tuple(_read(children.apply(i)) for i in range(children.size()))
     if not kids and name in SCANS | {EMPTY_SCAN}:
         output = node.output()
-        if any(str(output.apply(i).name()) == TS for i in range(output.size())):
+        names = {str(output.apply(i).name()) for i in range(output.size())}
+        if TS in names and CARRIER_COLUMN not in names:
             return PhysicalOp(CARRIER)
     if name == "Union":
         kids = without_carriers(kids)
@@ -110,6 +119,15 @@ def read_plan(node: Any) -> PhysicalOp:
     rows = int(metric.get().value()) if metric.isDefined() else None
     stage = str(node.func().toString()).split("(", 1)[0] if name in PYTHON_STAGES else ""
     return PhysicalOp(name, rows, stage, kids)
+
+
+def _settle(op: PhysicalOp) -> PhysicalOp:
+    """`op` with each carrier leaf left (one whose input's own branch Spark dropped) read as an empty scan."""
+    if op.name == CARRIER and not op.children:
+        return PhysicalOp(EMPTY_SCAN, 0)
+    if not op.children:
+        return op
+    return PhysicalOp(op.name, op.rows, op.stage, tuple(_settle(c) for c in op.children))
 
 
 def without_carriers(branches: Sequence[PhysicalOp]) -> tuple[PhysicalOp, ...]:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.connectors.kafka.topics import read_all
 from ethereal_kafka.examples import orders as example
 from ethereal_kafka.testing.cluster import KafkaCluster
@@ -289,3 +290,9 @@ def test_orders_shipments_example(
     assert len(got) > 60 and all(
         r.key == str(json.loads(r.value or b"{}")["order_id"]).encode() for r in records
     )
+    # Each epoch's per-operator figures, read from the plan it ran: the inputs' event-time carriers (a union branch
+    # each, `plan.event_time`) are no operators of the graph, and figures are there in every epoch.
+    with CheckpointHistory(job.app_id, read_only=True) as history:
+        committed = [r for r in history.records() if r.outcome == "committed"]
+    missing = [r.epoch for r in committed if not r.operators or any(None in v for v in r.operators.values())]
+    assert committed and not missing, missing
