@@ -342,3 +342,15 @@ class JobGraph:
 
     nodes: tuple[Node, ...]
     sinks: tuple[SinkNode, ...]
+
+
+def upstream(*nodes: Node) -> list[Node]:
+    """`nodes` and every node they read from, transitively, each once."""
+    seen: dict[int, Node] = {}
+    stack = list(nodes)
+    while stack:
+        current = stack.pop()
+        if current.id not in seen:
+            seen[current.id] = current
+            stack.extend(current.inputs)
+    return list(seen.values())

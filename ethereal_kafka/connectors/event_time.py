@@ -48,7 +48,14 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructField, StructType
 
+from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.paths import write_durably
+
+
+class EventTimeError(EtherealKafkaError):
+    """The event time of a query's inputs cannot be read or posted: a malformed maxima file (named), or no execution
+    of the epoch to read it from. The epoch fails before Spark commits it; its retry writes nothing twice."""
+
 
 #: Spark format name of the carrier source.
 FORMAT = "ethereal-kafka-event-time"
@@ -101,13 +108,24 @@ def read_maxima(path: Path, through_epoch: int | None) -> dict[str, int]:
 
 
 def _entries(path: Path) -> list[tuple[int, dict[str, int]]]:
+    """The posted entries, by epoch; none before the first post.
+
+    Raises:
+        EventTimeError: the file is not what `post_maxima` writes.
+    """
     try:
         body = json.loads(path.read_text(encoding="utf-8"))
+        return sorted(
+            (int(e["epoch"]), {str(k): int(v) for k, v in e["maxima"].items()})
+            for e in body.get("entries", [])
+        )
     except FileNotFoundError:
         return []
-    return sorted(
-        (int(e["epoch"]), {str(k): int(v) for k, v in e["maxima"].items()}) for e in body.get("entries", [])
-    )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise EventTimeError(
+            f"{path}: malformed event-time maxima ({exc}); restore it from a backup of the checkpoint, or replay "
+            "the job into a new checkpoint"
+        ) from exc
 
 
 def last_committed(query_checkpoint: str | Path) -> int | None:
@@ -121,6 +139,22 @@ def _last(folder: Path) -> int | None:
     except FileNotFoundError:
         return None
     return max(epochs) if epochs else None
+
+
+def maxima_behind(query_checkpoint: str | Path) -> str | None:
+    """One line when the posted maxima end before the last epoch Spark committed (a checkpoint from a version
+    without them, or a file lost or restored from an older backup): the inputs then resume from the maxima that
+    are there, as Spark alone would. None when they are up to date."""
+    last = last_committed(query_checkpoint)
+    path = maxima_path(query_checkpoint)
+    posted = [epoch for epoch, _ in _entries(path)]
+    if last is None or (posted and max(posted) >= last):
+        return None
+    through = f"epoch {max(posted)}" if posted else "no epoch"
+    return (
+        f"{path}: event-time maxima posted through {through}, Spark committed epoch {last}: a quiet input's "
+        "watermark resumes from its next record after this start"
+    )
 
 
 def first_epoch(query_checkpoint: str | Path) -> int:
@@ -190,10 +224,10 @@ def carrier_schema(schema_json: str) -> StructType:
 class CarrierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """See the module docstring. `availableNow` needs nothing fixed: the maxima are read at every planning."""
 
-    def __init__(self, checkpoint: str, node: str = "", schema: StructType | None = None) -> None:
+    def __init__(self, checkpoint: str, node: str, schema: StructType) -> None:
         self.checkpoint = checkpoint
         self.node = node
-        names = schema.fieldNames() if schema is not None else [TS_COLUMN]
+        names = schema.fieldNames()
         self.width = len(names)
         self.ts_index = names.index(TS_COLUMN)
         self.run = first_epoch(checkpoint)  # Spark builds the reader as the query starts, before any epoch

@@ -23,20 +23,10 @@ if TYPE_CHECKING:
 def carried_watermarks(sinks: Iterable[g.Node]) -> tuple[int, ...]:
     """Ids of the watermark nodes upstream of `sinks` that carry event time across restarts (sorted; empty when the
     query has fewer than two or one of them declares idleness)."""
-    found: dict[int, g.WatermarkNode] = {}
-    seen: set[int] = set()
-    stack = list(sinks)
-    while stack:
-        node = stack.pop()
-        if node.id in seen:
-            continue
-        seen.add(node.id)
-        if isinstance(node, g.WatermarkNode):
-            found[node.id] = node
-        stack.extend(node.inputs)
-    if len(found) < 2 or any(n.strategy.idleness is not None for n in found.values()):
+    found = [n for n in g.upstream(*sinks) if isinstance(n, g.WatermarkNode)]
+    if len(found) < 2 or any(n.strategy.idleness is not None for n in found):
         return ()
-    return tuple(sorted(found))
+    return tuple(sorted(n.id for n in found))
 
 
 def carrier_frame(spark: SparkSession, query_checkpoint: str, node_id: int, schema: StructType) -> DataFrame:

@@ -163,7 +163,7 @@ def compile_watermark(ctx: CompileContext, node: g.WatermarkNode, inputs: list[S
             ts = F.to_timestamp(F.col(f"`{name}`"))
         frame = stream.frame.withColumn(TS, ts)
     delay = strategy.out_of_orderness.spark_interval()
-    if node.id in ctx.carried and ctx.checkpoint is not None:
+    if node.id in ctx.carried:
         frame = carried_watermark(frame, node.id, ctx.carrier(node.id, frame.schema), delay)
     else:
         frame = frame.withWatermark(TS, delay)

@@ -150,16 +150,8 @@ def watermark_settings(sinks: tuple[g.SinkNode, ...]) -> dict[str, str]:
     """Session settings a query needs for its watermarks: when an input of the query declares `with_idleness`,
     Spark's `multipleWatermarkPolicy=max`, so a quiet input cannot hold back the query's watermark (a single input
     never needs it: its watermark already follows its most advanced partition)."""
-    seen: set[int] = set()
-    stack: list[g.Node] = list(sinks)
-    while stack:
-        node = stack.pop()
-        if node.id in seen:
-            continue
-        seen.add(node.id)
-        if isinstance(node, g.WatermarkNode) and node.strategy.idleness is not None:
-            return {"spark.sql.streaming.multipleWatermarkPolicy": "max"}
-        stack.extend(node.inputs)
+    if any(isinstance(n, g.WatermarkNode) and n.strategy.idleness is not None for n in g.upstream(*sinks)):
+        return {"spark.sql.streaming.multipleWatermarkPolicy": "max"}
     return {}
 
 
@@ -172,20 +164,11 @@ def _event_time(frame: DataFrame, node: g.WindowNode) -> DataFrame:
 
     if WATERMARK_DELAY in frame.schema[TS].metadata:
         return frame
-    bounds = [n.strategy.out_of_orderness.millis for n in _upstream(node) if isinstance(n, g.WatermarkNode)]
+    bounds = [
+        n.strategy.out_of_orderness.millis for n in g.upstream(*node.inputs) if isinstance(n, g.WatermarkNode)
+    ]
     marker = {WATERMARK_DELAY: max(bounds, default=0)}
     return frame.withColumn(TS, F.col(TS).alias(TS, metadata=marker))
-
-
-def _upstream(node: g.Node) -> list[g.Node]:
-    seen: dict[int, g.Node] = {}
-    stack = list(node.inputs)
-    while stack:
-        current = stack.pop()
-        if current.id not in seen:
-            seen[current.id] = current
-            stack.extend(current.inputs)
-    return list(seen.values())
 
 
 def _aggregate(value: object) -> Column:

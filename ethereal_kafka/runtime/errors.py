@@ -12,8 +12,3 @@ class JobFailedError(EtherealKafkaError):
     full trace), which the CLI prints as `error: ...` before exiting 1. Fix the cause and start the job again: it
     resumes from its checkpoint, exactly once.
     """
-
-
-class EventTimeError(EtherealKafkaError):
-    """The event time a query's watermarked inputs read in an epoch could not be read or posted
-    (`runtime.event_time`); the epoch fails before Spark commits it, and its retry writes nothing twice."""

@@ -17,8 +17,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ethereal_kafka.connectors.event_time import maxima_path, observed_name, post_maxima, read_maxima
-from ethereal_kafka.runtime.errors import EventTimeError
+from ethereal_kafka.connectors.event_time import (
+    EventTimeError,
+    maxima_path,
+    observed_name,
+    post_maxima,
+    read_maxima,
+)
+from ethereal_kafka.runtime.spark_progress import streaming_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -82,8 +88,5 @@ class CarryEventTime:
     def _execution(self) -> Any:
         """The JVM `IncrementalExecution` of the query's current epoch (its `StreamExecution` looked up once)."""
         if self._handle is None:
-            for active in self._spark._jsparkSession.streams().active():
-                if str(active.name()) == self._query_name:
-                    self._handle = active.streamingQuery()
-                    break
+            self._handle = streaming_query(self._spark, self._query_name)
         return self._handle.lastExecution() if self._handle is not None else None

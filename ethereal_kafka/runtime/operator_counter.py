@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.runtime.operator_rows import operator_rows, read_plan
+from ethereal_kafka.runtime.spark_progress import streaming_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,9 +79,5 @@ class OperatorCounter:
         with self._lock:
             handle = self._queries.get(query)
             if handle is None:
-                wanted = f"{self._app_id}-{query}"
-                for active in self._spark._jsparkSession.streams().active():
-                    if str(active.name()) == wanted:
-                        handle = self._queries[query] = active.streamingQuery()
-                        break
+                handle = self._queries[query] = streaming_query(self._spark, f"{self._app_id}-{query}")
         return handle.lastExecution() if handle is not None else None

@@ -107,8 +107,7 @@ def _read(node: Any) -> PhysicalOp:
     children = node.children()
     kids = tuple(_read(children.apply(i)) for i in range(children.size()))
     if not kids and name in SCANS | {EMPTY_SCAN}:
-        output = node.output()
-        names = {str(output.apply(i).name()) for i in range(output.size())}
+        names = set(node.schema().fieldNames())
         if TS in names and CARRIER_COLUMN not in names:
             return PhysicalOp(CARRIER)
     if name == "Union":

@@ -26,7 +26,7 @@ from ethereal_kafka.checkpoint.history import HistoryLog
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob, load_job
-from ethereal_kafka.connectors.event_time import mark_replay
+from ethereal_kafka.connectors.event_time import mark_replay, maxima_behind
 from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_clients
 from ethereal_kafka.eos.coordinator import CheckpointCoordinator
 from ethereal_kafka.eos.epoch_writer import EpochWriter
@@ -219,6 +219,9 @@ def _start(
     for build in builds:
         write: Any = EpochWriter(coordinator, build.name)
         if build.carried_event_time:
+            behind = maxima_behind(coordinator.location(build.name))
+            if behind is not None:
+                log.warning(behind)
             mark_replay(coordinator.location(build.name))
             write = CarryEventTime(
                 write,

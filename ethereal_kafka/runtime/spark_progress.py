@@ -103,3 +103,12 @@ def add_progress_listener(spark: SparkSession, observe: Callable[[Mapping[str, A
     listener = ProgressFeed()
     spark.streams.addListener(listener)
     return listener
+
+
+def streaming_query(spark: SparkSession, name: str) -> Any:
+    """The JVM `StreamExecution` of the active query named `name` (its `lastExecution()` is the epoch running or
+    last run), or None when no such query is active."""
+    for active in spark._jsparkSession.streams().active():
+        if str(active.name()) == name:
+            return active.streamingQuery()
+    return None

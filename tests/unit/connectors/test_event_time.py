@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from ethereal_kafka.connectors.event_time import (
@@ -12,9 +13,11 @@ from ethereal_kafka.connectors.event_time import (
     OFFSET_KEY,
     RUN_KEY,
     CarrierReader,
+    EventTimeError,
     carrier_schema,
     first_epoch,
     mark_replay,
+    maxima_behind,
     maxima_path,
     post_maxima,
     read_maxima,
@@ -79,3 +82,15 @@ def test_a_replayed_epoch_is_marked_with_the_start_and_the_maxima_before_it(tmp_
     # nothing to replay once epoch 1 is committed
     _log(tmp_path, "commits", 1)
     assert mark_replay(tmp_path) is None
+
+
+def test_maxima_behind_spark_or_malformed_are_named(tmp_path: Path) -> None:
+    _log(tmp_path, "commits", 0)
+    _log(tmp_path, "commits", 1)
+    line = maxima_behind(tmp_path)
+    assert line is not None and "through no epoch" in line and "committed epoch 1" in line
+    post_maxima(maxima_path(tmp_path), 1, {"1": 5})
+    assert maxima_behind(tmp_path) is None
+    maxima_path(tmp_path).write_text("{not json", encoding="utf-8")
+    with pytest.raises(EventTimeError, match=str(maxima_path(tmp_path))):
+        read_maxima(maxima_path(tmp_path), 1)
