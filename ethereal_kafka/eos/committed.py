@@ -98,10 +98,15 @@ def committed_offsets(
     tps: Iterable[tuple[str, int]],
     attempts: int = 30,
     deadline_s: float = RETRY_DEADLINE_S,
+    stable: bool = True,
 ) -> list[CommittedOffset]:
     """The committed offsets (with metadata) of `group` for `tps`, in the order given: the one way the protocol
-    reads offsets and their markers. The read is stable (read_committed: an offset pending in an open transaction is
-    waited for, never read as absent), and a per-partition error is retried, never taken for "nothing committed".
+    reads offsets and their markers. A per-partition error is retried, never taken for "nothing committed".
+
+    A stable read (the default, read_committed) waits for an offset pending in an open transaction, never reads it
+    as absent; an open transaction of a dead instance keeps it waiting until the transaction times out or the id
+    pool is fenced. `stable=False` reads the last committed offsets at once: only for checks that run before the
+    fence and are repeated stably after it (`eos.coordinator.Coordinator.prepare`).
 
     Raises:
         KafkaConnectionError: the fetch kept failing for `attempts` tries or `deadline_s` seconds.
@@ -109,7 +114,7 @@ def committed_offsets(
     query = [TopicPartition(t, p) for t, p in tps]
     if not query:
         return []
-    consumer = group_consumer(bootstrap, group, passthrough)
+    consumer = group_consumer(bootstrap, group, passthrough, stable)
 
     def fetch() -> list[TopicPartition]:
         found: list[TopicPartition] = consumer.committed(query, timeout=30)

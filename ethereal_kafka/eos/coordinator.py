@@ -132,10 +132,6 @@ class CheckpointCoordinator:
             check_same_cluster(query.sinks)
         self.queries = {q.name: q for q in queries}
         exactly_once = self.job.delivery_guarantee == Guarantee.EXACTLY_ONCE
-        for name, query in self.queries.items():
-            if query.stateful and not replaying and not has_progress(self.location(name)):
-                refuse_lost_state(self.app_id, self.location(name), self.query_sources(name))
-            check_log_against_kafka(self._markers(query))
         if exactly_once:
             check_transaction_timeout(
                 self.job.transaction_timeout_ms,
@@ -144,7 +140,12 @@ class CheckpointCoordinator:
                 self.bootstrap,
                 self.passthrough,
             )
-            self._check_layouts()
+        # The checks against Kafka's markers run before this start changes anything (refused, it has claimed and
+        # fenced nothing) on the last committed markers: a stable read would wait out any transaction a dead
+        # predecessor left open (its timeout, 60 s by default) and then fail. Once the fence has aborted (or
+        # finished) those transactions, they run again on stable reads, which no longer wait: a transaction that
+        # was committing when its instance died can have added a marker the first pass did not see.
+        self._check_against_kafka(replaying, exactly_once, stable=False)
         ensure_progress_topic(self.app_id, self.job.sink_tasks, self.bootstrap, self.passthrough)
         self.claims.commit()
         if exactly_once:
@@ -152,16 +153,29 @@ class CheckpointCoordinator:
                 self.app_id, list(self.queries.values()), self.job.sink_tasks, self.query_sources
             )
             self.phase_two.keep(fence_pool(pool, self._sink_producer, self.phase_two.producer))
+            self._check_against_kafka(replaying, exactly_once, stable=True)
             self._open_dead_letters()
+
+    def _check_against_kafka(self, replaying: bool, exactly_once: bool, stable: bool) -> None:
+        """The start-up checks that compare this start with Kafka's markers: a stateful query without its checkpoint,
+        a checkpoint behind Kafka, a changed write layout (exactly-once). Raises RecoveryError,
+        CheckpointMismatchError, ConfigError."""
+        for name, query in self.queries.items():
+            if query.stateful and not replaying and not has_progress(self.location(name)):
+                refuse_lost_state(self.app_id, self.location(name), self.query_sources(name), stable)
+            check_log_against_kafka(self._markers(query, stable=stable))
+        if exactly_once:
+            self._check_layouts(stable)
 
     def _sink_producer(self, txn_id: str) -> Any:
         return transactional_producer(
             txn_id, self.bootstrap, self.job.transaction_timeout_ms, self.passthrough
         )
 
-    def _check_layouts(self) -> None:
-        """Record each query's write layout at its first start; refuse a start whose shuffling layout changed, or
-        that switches layouts while an epoch is half committed (`eos.layout`). Raises ConfigError."""
+    def _check_layouts(self, stable: bool) -> None:
+        """Refuse a start whose shuffling layout changed, or that switches layouts while an epoch is half committed
+        (`eos.layout`); the stable pass (after the fence) records each query's layout at its first start. Raises
+        ConfigError."""
         if "://" in self.job.checkpoint_location:
             return
         for name, query in self.queries.items():
@@ -175,11 +189,12 @@ class CheckpointCoordinator:
             in_flight = None
             if recorded is not None and recorded.layout != query.layout:
                 old = dataclasses.replace(query, layout=Layout(recorded.layout))
-                in_flight = half_committed_epoch(self._markers(old, recorded.sink_tasks))
-            check_or_record_layout(name, location, current, in_flight)
+                in_flight = half_committed_epoch(self._markers(old, recorded.sink_tasks, stable))
+            check_or_record_layout(name, location, current, in_flight, record=stable)
 
-    def _markers(self, query: Query, sink_tasks: int = 0) -> QueryMarkers:
-        """Where `query`'s markers live (`sink_tasks`: its progress partitions, when other than the job's)."""
+    def _markers(self, query: Query, sink_tasks: int = 0, stable: bool = True) -> QueryMarkers:
+        """Where `query`'s markers live (`sink_tasks`: its progress partitions, when other than the job's; `stable`:
+        see `QueryMarkers`)."""
         return QueryMarkers(
             self.app_id,
             query,
@@ -188,6 +203,7 @@ class CheckpointCoordinator:
             sink_tasks or self.job.sink_tasks,
             self.bootstrap,
             self.passthrough,
+            stable,
         )
 
     def query_sources(self, query: str) -> list[KafkaSourceConfig]:

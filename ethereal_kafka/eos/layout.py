@@ -81,7 +81,11 @@ def check_layout(query: str, recorded: WriteLayout, current: WriteLayout) -> Non
 
 
 def check_or_record_layout(
-    query: str, query_checkpoint: str | Path, current: WriteLayout, epoch_in_flight: int | None
+    query: str,
+    query_checkpoint: str | Path,
+    current: WriteLayout,
+    epoch_in_flight: int | None,
+    record: bool = True,
 ) -> None:
     """Record `current` as the query's layout at its first start; afterwards refuse a start whose shuffling layout
     changed (see `check_layout`), and a switch between partition-preserving and shuffling while an epoch is half
@@ -91,6 +95,7 @@ def check_or_record_layout(
     Args:
         epoch_in_flight: An epoch Spark logged but did not commit, of which Kafka already holds markers under the
             recorded layout (None: there is none).
+        record: False checks only (a pass before the id pool is fenced, repeated after it with `record`).
 
     Raises:
         ConfigError: one line naming the change.
@@ -106,6 +111,7 @@ def check_or_record_layout(
             )
         recorded = None
     if recorded is None:
-        record_layout(query_checkpoint, current)
+        if record:
+            record_layout(query_checkpoint, current)
     elif current.layout == "shuffling":
         check_layout(query, recorded, current)

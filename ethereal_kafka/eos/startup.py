@@ -1,11 +1,13 @@
 """Start-up checks of the exactly-once protocol (driver, before any query starts); each refuses with one line
 rather than let a job write wrong output.
 
-Called by `CheckpointCoordinator.prepare`, in this order: the recovery checks (`refuse_lost_state`: a stateful
-query without its checkpoint; `check_log_against_kafka`: a checkpoint behind Kafka), the transaction timeout
-(`check_transaction_timeout`), each shuffling query's write layout (`eos.layout`), the progress topic
-(`ensure_progress_topic`); then the claim (`eos.ownership`) and the fencing of the transactional id pool
-(`transactional_pool`, `fence_pool`).
+Called by `CheckpointCoordinator.prepare`, in this order: the transaction timeout (`check_transaction_timeout`);
+the checks against Kafka's markers (`refuse_lost_state`: a stateful query without its checkpoint;
+`check_log_against_kafka`: a checkpoint behind Kafka; each query's write layout, `eos.layout`) on the last committed
+markers; the progress topic (`ensure_progress_topic`); the claim (`eos.ownership`) and the fencing of the
+transactional id pool (`transactional_pool`, `fence_pool`); then the checks against Kafka again, on stable reads.
+The first pass refuses before the start changes anything without waiting for a dead predecessor's open
+transaction; the second sees what the fence settled (a transaction that was committing when its instance died).
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ from ethereal_kafka.plan.query import Layout, Query
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
 
 
-def refuse_lost_state(app_id: str, location: str, sources: Iterable[KafkaSourceConfig]) -> None:
+def refuse_lost_state(
+    app_id: str, location: str, sources: Iterable[KafkaSourceConfig], stable: bool = True
+) -> None:
     """A stateful query whose Spark checkpoint has no epochs must not start while its groups hold offsets with
-    this app's epoch markers: its operator state is gone.
+    this app's epoch markers: its operator state is gone. `stable`: see `eos.committed.committed_offsets`.
 
     Raises:
         RecoveryError: one line naming the group, the marker's epoch and checkpoint, and the ways out.
@@ -54,7 +58,9 @@ def refuse_lost_state(app_id: str, location: str, sources: Iterable[KafkaSourceC
             tps = resolver.topic_partitions()
         finally:
             resolver.close()
-        found = committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps)
+        found = committed_offsets(
+            source.bootstrap_servers, source.group, source.passthrough, tps, stable=stable
+        )
         for offset in found:
             marker = offset.marker
             if marker is not None and marker.app_id == app_id:
@@ -76,6 +82,7 @@ class QueryMarkers:
         sources: The sources it reads (their groups hold its offsets' markers).
         sink_tasks: Its progress partitions (shuffling).
         bootstrap, passthrough: The cluster of the progress topic (the sinks').
+        stable: Read markers stably (see `eos.committed.committed_offsets`); False only before the id pool is fenced.
     """
 
     app_id: str
@@ -85,6 +92,7 @@ class QueryMarkers:
     sink_tasks: int
     bootstrap: str
     passthrough: Mapping[str, str]
+    stable: bool = True
 
     def read(self) -> Iterator[tuple[str, EpochMarker]]:
         """Every epoch marker Kafka holds for the query: on its sources' groups, and (shuffling) on its progress
@@ -95,13 +103,18 @@ class QueryMarkers:
                 tps = resolver.topic_partitions()
             finally:
                 resolver.close()
-            for offset in committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps):
+            found = committed_offsets(
+                source.bootstrap_servers, source.group, source.passthrough, tps, stable=self.stable
+            )
+            for offset in found:
                 if offset.marker is not None:
                     yield f"group {source.group}, {offset.topic}[{offset.partition}]", offset.marker
         if self.query.layout == Layout.SHUFFLING:
             group, topic = progress_group(self.app_id, self.query.name), progress_topic(self.app_id)
             parts = [(topic, p) for p in range(self.sink_tasks)]
-            for offset in committed_offsets(self.bootstrap, group, self.passthrough, parts):
+            for offset in committed_offsets(
+                self.bootstrap, group, self.passthrough, parts, stable=self.stable
+            ):
                 if offset.marker is not None:
                     yield f"group {group}, {offset.topic}[{offset.partition}]", offset.marker
 

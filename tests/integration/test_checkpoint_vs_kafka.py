@@ -12,8 +12,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 
+from ethereal_kafka.eos.committed import committed_offsets
 from ethereal_kafka.eos.errors import CheckpointMismatchError
+from ethereal_kafka.eos.names import progress_group, progress_topic, transactional_id
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
@@ -172,3 +175,51 @@ def test_a_layout_switch_while_an_epoch_is_half_committed_is_refused(
     run_job(files.job)
     cmp = compare(eos.stateless_reference(inputs), pairs(output(bs, dst)))
     assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "pipeline", ["ethereal_kafka.examples.eos:stateless", "ethereal_kafka.examples.eos:running_total"]
+)
+def test_a_predecessors_open_transaction_does_not_hold_up_the_start(
+    pipeline: str, kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """A run that died inside a commit leaves its sink task's transaction open, with the epoch's marker pending on
+    the group that keeps the markers. The start-up checks read markers before the start fences the id pool (the
+    fence is what aborts that transaction), and a stable read of a group with a pending offset waits for it: the
+    restart used to wait out the dead run's transaction timeout and then fail with "committed offsets of group ...
+    did not answer" (seen in CI after a broker restart; here the open transaction lives 5 minutes, so the old start
+    failed after its 45 s of retries). Now the checks read the last committed markers before the fence and again,
+    stably, after it, and the restart finishes exactly."""
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(600)
+    feed(bs, src, inputs[:300], 2)
+    files = write_job(tmp_path, bs, src, dst, pipeline, max_records=100)
+    run_job(files.job)
+    feed(bs, src, inputs[300:], 2)
+    if pipeline.endswith(":stateless"):  # partition-preserving: its markers live on the source's group
+        txn_id, group, tp = transactional_id(files.app_id, "out", f"{src}-0"), files.app_id, (src, 0)
+    else:  # shuffling: on its progress group
+        txn_id = transactional_id(files.app_id, "out", "0")
+        group, tp = progress_group(files.app_id, "out"), (progress_topic(files.app_id), 0)
+    (committed,) = committed_offsets(bs, group, {}, [tp])
+    assert committed.marker is not None, f"the first run committed markers on {group}"
+    dead_run = Producer(
+        {"bootstrap.servers": bs, "transactional.id": txn_id, "transaction.timeout.ms": 300000}
+    )
+    reader = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
+    try:
+        dead_run.init_transactions(30)
+        dead_run.begin_transaction()
+        dead_run.produce(dst, key=b"never", value=b"aborted")
+        dead_run.flush(30)
+        pending = TopicPartition(tp[0], tp[1], committed.offset, metadata=committed.metadata)
+        dead_run.send_offsets_to_transaction([pending], reader.consumer_group_metadata(), 30)
+        # Left open, as a SIGKILL inside the commit leaves it.
+        restarted = run_job(files.job, check=False)
+    finally:
+        reader.close()
+    assert restarted.error is None, restarted.error
+    got = pairs(output(bs, dst))
+    assert (b"never", b"aborted") not in got, "the fence aborted the dead run's transaction"
+    assert _check(pipeline, inputs, got) == (0, 0, 0)

@@ -209,17 +209,22 @@ def drop_consumer(conf: Mapping[str, str]) -> None:
     CLIENTS.drop("consumer", conf)
 
 
-def group_consumer(bootstrap: str, group: str, passthrough: Mapping[str, str]) -> Consumer:
-    """This process's consumer in `group`, used only to read committed offsets (stable reads: read_committed) and
-    for its group metadata; it never subscribes, consumes or commits on its own."""
+def group_consumer(
+    bootstrap: str, group: str, passthrough: Mapping[str, str], stable: bool = True
+) -> Consumer:
+    """This process's consumer in `group`, used only to read committed offsets and for its group metadata; it never
+    subscribes, consumes or commits on its own.
+
+    `stable` (read_committed) reads wait for an offset pending in an open transaction; otherwise (read_uncommitted)
+    the broker answers with the last committed offset at once, ignoring the pending one."""
     conf = {
         **_QUIET,
         **{k: v for k, v in passthrough.items() if not k.startswith(("transaction", "acks", "linger"))},
-        # After the pass-through settings: markers and claims are only ever read stably.
+        # After the pass-through settings: how markers and claims are read is the protocol's choice alone.
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "enable.auto.commit": "false",
-        "isolation.level": "read_committed",
+        "isolation.level": "read_committed" if stable else "read_uncommitted",
     }
     return CLIENTS.get("group", conf, new_consumer)
 
