@@ -130,13 +130,14 @@ def run_with_kills(
                 )
                 if target is not None:
                     where = describe_kill(root, trace)
+                    cpu = session_cpu(proc.pid)
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
                     _wait_group_gone(proc.pid)
                     done_kills += 1
                     landed.append(
                         f"kill {done_kills} (run {runs}, {time.monotonic() - started:.1f}s after its start, aimed at "
-                        f"{target}): {where}"
+                        f"{target}; {describe_cpu(cpu)}): {where}"
                     )
                     out.write(f"=== SIGKILL {landed[-1]}\n".encode())
                     out.flush()
@@ -160,6 +161,30 @@ def run_with_kills(
             if code != 0:
                 raise HarnessError(f"run {runs} exited with {code} (log {log_path})")
             return CrashRun(done_kills, runs, time.monotonic() - began, log_path, tuple(landed))
+
+
+def session_cpu(session: int) -> Counter[str]:
+    """CPU-seconds (user + system, with reaped children's) of the live processes of `session`, by kind: `jvm`,
+    `driver` (the `ethereal-kafka` process), `python` (PySpark's daemons, workers, planners and source runners).
+    Processes that already exited and were not reaped by a live one are not counted, so it is a lower bound."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: Counter[str] = Counter()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) != session:
+                continue
+            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+            exe = os.path.basename(cmdline[0].decode(errors="replace"))
+            kind = "jvm" if exe == "java" else "driver" if b"ethereal_kafka.cli" in cmdline else "python"
+            out[kind] += sum(int(f) for f in fields[11:15]) / tick
+    return out
+
+
+def describe_cpu(cpu: Counter[str]) -> str:
+    """`CPU 34.2 s (jvm 22.1, python 8.0, driver 4.1)` for a `session_cpu` result."""
+    parts = ", ".join(f"{kind} {seconds:.1f}" for kind, seconds in cpu.most_common())
+    return f"CPU {sum(cpu.values()):.1f} s ({parts})"
 
 
 def _check_deadline(began: float, timeout_s: float, kills: int, log_path: Path) -> None:
