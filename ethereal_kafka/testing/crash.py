@@ -163,12 +163,12 @@ def run_with_kills(
             return CrashRun(done_kills, runs, time.monotonic() - began, log_path, tuple(landed))
 
 
-def session_cpu(session: int) -> Counter[str]:
+def session_cpu(session: int) -> dict[str, float]:
     """CPU-seconds (user + system, with reaped children's) of the live processes of `session`, by kind: `jvm`,
     `driver` (the `ethereal-kafka` process), `python` (PySpark's daemons, workers, planners and source runners).
     Processes that already exited and were not reaped by a live one are not counted, so it is a lower bound."""
     tick = os.sysconf("SC_CLK_TCK")
-    out: Counter[str] = Counter()
+    out: dict[str, float] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
             fields = stat.read_text().rsplit(")", 1)[1].split()
@@ -177,13 +177,13 @@ def session_cpu(session: int) -> Counter[str]:
             cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
             exe = os.path.basename(cmdline[0].decode(errors="replace"))
             kind = "jvm" if exe == "java" else "driver" if b"ethereal_kafka.cli" in cmdline else "python"
-            out[kind] += sum(int(f) for f in fields[11:15]) / tick
+            out[kind] = out.get(kind, 0.0) + sum(int(f) for f in fields[11:15]) / tick
     return out
 
 
-def describe_cpu(cpu: Counter[str]) -> str:
+def describe_cpu(cpu: Mapping[str, float]) -> str:
     """`CPU 34.2 s (jvm 22.1, python 8.0, driver 4.1)` for a `session_cpu` result."""
-    parts = ", ".join(f"{kind} {seconds:.1f}" for kind, seconds in cpu.most_common())
+    parts = ", ".join(f"{kind} {seconds:.1f}" for kind, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]))
     return f"CPU {sum(cpu.values()):.1f} s ({parts})"
 
 
