@@ -165,7 +165,9 @@ def run_with_kills(
 
 def session_cpu(session: int) -> dict[str, float]:
     """CPU-seconds (user + system, with reaped children's) of the live processes of `session`, by kind: `jvm`,
-    `driver` (the `ethereal-kafka` process), `python` (PySpark's daemons, workers, planners and source runners).
+    `driver` (the `ethereal-kafka` process), the module a Python process runs with `-m` (PySpark's
+    `python_streaming_source_runner`, `daemon`, the framework's `worker_daemon`: a daemon with the workers it
+    forked, which keep its command line), else `python`.
     Processes that already exited and were not reaped by a live one are not counted, so it is a lower bound."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
@@ -177,6 +179,10 @@ def session_cpu(session: int) -> dict[str, float]:
             cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
             exe = os.path.basename(cmdline[0].decode(errors="replace"))
             kind = "jvm" if exe == "java" else "driver" if b"ethereal_kafka.cli" in cmdline else "python"
+            if (
+                kind == "python" and b"-m" in cmdline[:-1]
+            ):  # PySpark's daemons and source runners: their module
+                kind = cmdline[cmdline.index(b"-m") + 1].decode(errors="replace").rsplit(".", 1)[-1]
             out[kind] = out.get(kind, 0.0) + sum(int(f) for f in fields[11:15]) / tick
     return out
 

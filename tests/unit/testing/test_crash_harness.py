@@ -45,3 +45,34 @@ def test_a_kill_aimed_at_a_step_waits_for_that_querys_step() -> None:
     assert not is_step(line, "open", "alerts")  # another query's transaction does not count
     assert not is_step(line, "commit", "checked")
     assert not is_step("garbage", "open", None)
+
+
+def test_session_cpu_counts_the_live_processes_of_a_session_by_kind() -> None:
+    """This process's own session: its CPU is counted (a lower bound: nothing negative, nothing from elsewhere),
+    under its kind; the line lists kinds from the largest."""
+    import subprocess
+    import sys
+
+    from ethereal_kafka.testing.crash import describe_cpu, session_cpu
+
+    # A child in a session of its own that burns a little CPU, then waits to be read.
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys,time\nt=time.process_time()\nwhile time.process_time()-t<0.3: pass\n"
+            "print('ok', flush=True)\nsys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"ok\n"
+        cpu = session_cpu(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert sum(cpu.values()) >= 0.25, cpu
+    assert set(cpu) == {"python"}, "one kind: a python process without -m"
+    assert describe_cpu({"jvm": 2.0, "python": 3.5}) == "CPU 5.5 s (python 3.5, jvm 2.0)"
