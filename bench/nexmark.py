@@ -177,6 +177,7 @@ class Run:
     folder: Path
     ek_settings: list[str]
     flink_checkpoint_ms: int
+    ek_source_settings: list[str] = field(default_factory=list)
     spark_jars: list[Path] = field(default_factory=list)
     spark_conf: list[str] = field(default_factory=list)
     flink_python: Path | None = None
@@ -196,7 +197,7 @@ class System:
 
 def write_ek_job(folder: Path, run: Run, query: str, output: str, pipeline: str) -> Path:
     """The query's ethereal-kafka job file and connector files in `folder`; returns the job file. `run.ek_settings`
-    (`key=value`) are appended to the job file."""
+    (`key=value`) are appended to the job file, `run.ek_source_settings` to every source's file."""
     folder.mkdir(parents=True, exist_ok=True)
     kinds = model.QUERIES[query]
     for kind in kinds:
@@ -208,6 +209,7 @@ def write_ek_job(folder: Path, run: Run, query: str, output: str, pipeline: str)
         (folder / f"{kind}.properties").write_text(
             f"connector.class=kafka-source\nname={kind}\nbootstrap.servers={run.bootstrap}\n"
             f"topics={run.data.topics[kind]}\nstarting.offsets=earliest\n{serde}"
+            + "".join(f"{setting}\n" for setting in run.ek_source_settings)
         )
     (folder / "out.properties").write_text(
         f"connector.class=kafka-sink\nname=out\nbootstrap.servers={run.bootstrap}\ntopic={output}\n"
@@ -576,6 +578,14 @@ def main() -> None:
         help="a job setting added to every ethereal-kafka job file (repeatable), e.g. epoch.target.ms=10000",
     )
     parser.add_argument(
+        "--ek-source-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a source setting added to every ethereal-kafka source file (repeatable), e.g. "
+        "max.records.per.epoch=200000",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -618,6 +628,7 @@ def main() -> None:
             folder,
             args.ek_setting,
             args.flink_checkpoint_ms,
+            ek_source_settings=args.ek_source_setting,
             spark_conf=args.spark_conf,
         )
         prepare(names, run)
@@ -642,6 +653,7 @@ def main() -> None:
             "rate": args.rate,
             "warmup_s": args.warmup,
             "ek_settings": args.ek_setting,
+            "ek_source_settings": args.ek_source_setting,
             "spark_conf": args.spark_conf,
             "flink_checkpoint_ms": args.flink_checkpoint_ms,
             "partitions": PARTITIONS,
