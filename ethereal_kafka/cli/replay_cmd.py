@@ -27,6 +27,7 @@ from ethereal_kafka.eos.replay import (
     apply_replay,
     check_stopped,
     checkpoint_dir,
+    committed_positions,
     has_checkpoint,
     moved_aside_path,
     plan_replay,
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     start = ReplayStart.parse(args.start)
     app = resolve_app(args)
     reach_clusters(app)  # a cluster that is not there fails in about a second
-    plan = plan_replay(app.app_id, app.sources, start)
+    plan = plan_replay(app.app_id, app.sources, start, stable=False)
     print(render_plan(plan))
     if args.into:
         return _into(app, plan, args.into, args.dry_run)
@@ -97,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
         _check_claim(app, args.force)
         # Planned again under the lock; only the committed offsets must not have moved since the plan was shown
         # (end offsets grow with new input, and that changes nothing the user confirmed).
-        current = plan_replay(app.app_id, app.sources, start)
-        if _committed(current) != _committed(plan):
+        current = plan_replay(app.app_id, app.sources, start, stable=False)
+        if committed_positions(current) != committed_positions(plan):
             raise ReplayError(
                 f"app {app.app_id}: its committed offsets moved since the plan was shown; run it again"
             )
@@ -114,10 +115,6 @@ def run(args: argparse.Namespace) -> int:
         )
     print(render_outcome(app.app_id, outcome))
     return 0
-
-
-def _committed(plan: ReplayPlan) -> list[tuple[str, int, int | None]]:
-    return [(r.topic, r.partition, r.committed) for r in plan.resets]
 
 
 def render_plan(plan: ReplayPlan) -> str:

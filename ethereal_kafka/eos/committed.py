@@ -132,8 +132,10 @@ def committed_offsets(
     return out
 
 
-def source_offsets(source: KafkaSourceConfig) -> list[PartitionOffsets]:
-    """Every current input partition of `source` with its group's committed offset, retained range and end.
+def source_offsets(source: KafkaSourceConfig, stable: bool = True) -> list[PartitionOffsets]:
+    """Every current input partition of `source` with its group's committed offset, retained range and end
+    (`stable`: see `committed_offsets`; False shows the last committed offsets without waiting for a dead run's
+    open transaction).
 
     `source` must be configured as the job runs it (`group.id` defaulted to the app id, see
     `runtime.runner.job_sources`). End offsets are read_committed whatever the source's isolation level.
@@ -150,7 +152,9 @@ def source_offsets(source: KafkaSourceConfig) -> list[PartitionOffsets]:
         }
     finally:
         resolver.close()
-    committed = committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps)
+    committed = committed_offsets(
+        source.bootstrap_servers, source.group, source.passthrough, tps, stable=stable
+    )
     return [
         PartitionOffsets(source.name, source.group, c, *ranges[(c.topic, c.partition)]) for c in committed
     ]
@@ -179,9 +183,14 @@ def progress_queries(
 
 
 def progress_offsets(
-    app_id: str, bootstrap: str, passthrough: Mapping[str, str], queries: Iterable[str]
+    app_id: str,
+    bootstrap: str,
+    passthrough: Mapping[str, str],
+    queries: Iterable[str],
+    stable: bool = True,
 ) -> list[ProgressOffsets]:
-    """The progress markers of `queries` (one per partition of the progress topic); empty without that topic."""
+    """The progress markers of `queries` (one per partition of the progress topic); empty without that topic.
+    `stable`: see `committed_offsets`."""
     topic = progress_topic(app_id)
     found = cluster_metadata(admin_client(bootstrap, passthrough), bootstrap).topics.get(topic)
     if found is None or not found.partitions:
@@ -190,7 +199,7 @@ def progress_offsets(
     out = []
     for query in queries:
         group = progress_group(app_id, query)
-        offsets = committed_offsets(bootstrap, group, passthrough, parts)
+        offsets = committed_offsets(bootstrap, group, passthrough, parts, stable=stable)
         if any(c.offset is not None for c in offsets):
             out.append(ProgressOffsets(query, group, topic, tuple(offsets)))
     return out

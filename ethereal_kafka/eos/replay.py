@@ -154,8 +154,13 @@ class ReplayPlan:
         return {name: ",".join(items) for name, items in out.items()}
 
 
-def plan_replay(app_id: str, sources: Mapping[str, KafkaSourceConfig], start: ReplayStart) -> ReplayPlan:
+def plan_replay(
+    app_id: str, sources: Mapping[str, KafkaSourceConfig], start: ReplayStart, stable: bool = True
+) -> ReplayPlan:
     """Compute the new start of every input partition of `sources` (configured as the job runs them); read-only.
+
+    `stable` False plans on the last committed offsets (before the last run's ids are fenced: a stable read would
+    wait out a crashed run's open transaction); `apply_replay` plans again stably after its fence.
 
     `timestamp:<ms>` takes each partition's first offset with a timestamp >= ms (`offsets_for_times`), or its end
     when there is none. Explicit offsets must lie within the partition's retained range `[earliest, end]`;
@@ -168,7 +173,7 @@ def plan_replay(app_id: str, sources: Mapping[str, KafkaSourceConfig], start: Re
     given = {(t, p): o for t, p, o in start.offsets}
     resets: list[PartitionReset] = []
     for source in sources.values():
-        rows = source_offsets(source)
+        rows = source_offsets(source, stable=stable)
         tps = [(r.topic, r.partition) for r in rows]
         at: dict[tuple[str, int], int] = {}
         if start.kind == "timestamp" and tps:
@@ -325,6 +330,16 @@ def apply_replay(
         if claimed:
             claims.commit()
         fenced = _fence(pool or {}, passthrough)
+        # The plan shown was read before the fence; a crashed run's commit that the fence let finish moved the
+        # committed offsets it keeps for partitions a replay does not name.
+        settled = plan_replay(plan.app_id, sources, plan.start)
+        if committed_positions(settled) != committed_positions(plan):
+            if claimed:
+                claims.release()
+            raise ReplayError(
+                f"app {plan.app_id}: its committed offsets moved since the plan was shown (the last run's "
+                "transactions, fenced now, had a commit in flight); nothing was changed but the claim: run it again"
+            )
         outcome = _apply(plan, sources, root, bootstrap, passthrough, now)
         if claimed:
             claims.release()
@@ -334,6 +349,11 @@ def apply_replay(
         () if pool else ("the last run's transactional ids are not known here (no run record): not fenced",)
     )
     return dataclasses.replace(outcome, fenced=fenced, warnings=outcome.warnings + warnings)
+
+
+def committed_positions(plan: ReplayPlan) -> list[tuple[str, int, int | None]]:
+    """The committed offset `plan` found for each partition (what must not move between a plan and its apply)."""
+    return [(r.topic, r.partition, r.committed) for r in plan.resets]
 
 
 def _fence(pool: Mapping[str, Sequence[str]], passthrough: Mapping[str, str]) -> int:

@@ -8,6 +8,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka import Consumer, Producer, TopicPartition
+
 from ethereal_kafka.connectors.kafka.topics import ReadRecord, produce, read_all, read_committed
 
 
@@ -226,3 +228,29 @@ def check_running_totals(bootstrap: str, topic: str, inputs: list[tuple[bytes, b
     lost = sum(1 for k, totals in reference.items() if finals.get(k) != len(totals))
     assert updates and (duplicates, lost, wrong) == (0, 0, []), (duplicates, lost, wrong[:3])
     return f"records={len(updates)} duplicates={duplicates} lost={lost}"
+
+
+def leave_open_transaction(
+    bootstrap: str, txn_id: str, group: str, tp: tuple[str, int], topic: str
+) -> Producer:
+    """What a run SIGKILLed inside a commit leaves: a transaction of `txn_id` (one of the run's ids) with a record
+    on `topic` and the group's committed offset of `tp` (unchanged, with its marker) pending, open for 5 minutes.
+    Returns the producer (keep it referenced until the test is done; fencing `txn_id` aborts the transaction)."""
+    from ethereal_kafka.eos.committed import committed_offsets
+
+    (committed,) = committed_offsets(bootstrap, group, {}, [tp])
+    assert committed.marker is not None, f"the run committed a marker on {group}"
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": txn_id, "transaction.timeout.ms": 300000}
+    )
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, key=b"never", value=b"aborted")
+        producer.flush(30)
+        pending = TopicPartition(tp[0], tp[1], committed.offset, metadata=committed.metadata)
+        producer.send_offsets_to_transaction([pending], reader.consumer_group_metadata(), 30)
+    finally:
+        reader.close()
+    return producer

@@ -12,9 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
-from ethereal_kafka.eos.committed import committed_offsets
 from ethereal_kafka.eos.errors import CheckpointMismatchError
 from ethereal_kafka.eos.names import progress_group, progress_topic, transactional_id
 from ethereal_kafka.errors import ConfigError
@@ -22,7 +20,15 @@ from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
-from tests.integration.eos_helpers import EPOCH_RECORDS_ENV, drop_last_commit, feed, output, pairs, write_job
+from tests.integration.eos_helpers import (
+    EPOCH_RECORDS_ENV,
+    drop_last_commit,
+    feed,
+    leave_open_transaction,
+    output,
+    pairs,
+    write_job,
+)
 
 SHUFFLED = "tests.integration.pipelines_dataframe:stateless_shuffled"
 
@@ -202,23 +208,9 @@ def test_a_predecessors_open_transaction_does_not_hold_up_the_start(
     else:  # shuffling: on its progress group
         txn_id = transactional_id(files.app_id, "out", "0")
         group, tp = progress_group(files.app_id, "out"), (progress_topic(files.app_id), 0)
-    (committed,) = committed_offsets(bs, group, {}, [tp])
-    assert committed.marker is not None, f"the first run committed markers on {group}"
-    dead_run = Producer(
-        {"bootstrap.servers": bs, "transactional.id": txn_id, "transaction.timeout.ms": 300000}
-    )
-    reader = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
-    try:
-        dead_run.init_transactions(30)
-        dead_run.begin_transaction()
-        dead_run.produce(dst, key=b"never", value=b"aborted")
-        dead_run.flush(30)
-        pending = TopicPartition(tp[0], tp[1], committed.offset, metadata=committed.metadata)
-        dead_run.send_offsets_to_transaction([pending], reader.consumer_group_metadata(), 30)
-        # Left open, as a SIGKILL inside the commit leaves it.
-        restarted = run_job(files.job, check=False)
-    finally:
-        reader.close()
+    dead_run = leave_open_transaction(bs, txn_id, group, tp, dst)
+    restarted = run_job(files.job, check=False)
+    del dead_run
     assert restarted.error is None, restarted.error
     got = pairs(output(bs, dst))
     assert (b"never", b"aborted") not in got, "the fence aborted the dead run's transaction"

@@ -16,11 +16,12 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from ethereal_kafka.connectors.kafka.topics import ReadRecord, produce, read_committed
+from ethereal_kafka.eos.names import transactional_id
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
-from tests.integration.eos_helpers import JobFiles, feed, output, pairs, write_job
+from tests.integration.eos_helpers import JobFiles, feed, leave_open_transaction, output, pairs, write_job
 
 STATELESS = "ethereal_kafka.examples.eos:stateless"
 RUNNING_TOTAL = "ethereal_kafka.examples.eos:running_total"
@@ -86,6 +87,18 @@ def _moved_aside(files: JobFiles) -> list[Path]:
     return sorted(files.checkpoint.parent.glob(f"{files.checkpoint.name}.before-replay-*"))
 
 
+def _stateless_run(
+    bs: str, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> tuple[str, str, list[tuple[bytes, bytes]], JobFiles, dict[int, int]]:
+    """300 events through the stateless job in one epoch: (source, sink, inputs, files, the sink's ends after it)."""
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(300)
+    feed(bs, src, inputs, 2)
+    files = write_job(tmp_path, bs, src, dst, STATELESS, starting="group-offsets", max_records=1000)
+    run_job(files.job)
+    return src, dst, inputs, files, _ends(bs, dst)
+
+
 def test_replay_from_earliest_reprocesses_everything(
     kafka_cluster: KafkaCluster,
     topic_factory: TopicFactory,
@@ -93,12 +106,7 @@ def test_replay_from_earliest_reprocesses_everything(
     run_job: RunJob,
 ) -> None:
     bs = kafka_cluster.bootstrap
-    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
-    inputs = eos.events(300)
-    feed(bs, src, inputs, 2)
-    files = write_job(tmp_path, bs, src, dst, STATELESS, starting="group-offsets", max_records=1000)
-    run_job(files.job)
-    before = _ends(bs, dst)
+    _, dst, inputs, files, before = _stateless_run(bs, topic_factory, tmp_path, run_job)
     result = _cli("replay", files.app_id, "--from", "earliest", "--yes")
     assert result.returncode == 0, result.stderr
     (moved,) = _moved_aside(files)
@@ -116,6 +124,34 @@ def test_replay_from_earliest_reprocesses_everything(
         0,
     )
     assert all(p["lag"] == 0 and p["marker"]["kind"] == "epoch" for p in _offsets(files.app_id)["partitions"])
+
+
+def test_offsets_and_replay_do_not_wait_for_a_crashed_runs_open_transaction(
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
+) -> None:
+    """A run SIGKILLed inside a commit leaves its transaction open, with its marker pending on the source's group.
+    `offsets` and the replay plan used to read the group stably, which waits for the pending offset: both waited out
+    the dead run's transaction timeout (5 minutes here) and failed with "committed offsets of group ... did not
+    answer" after 45 s of retries. They now read the last committed offsets; the replay fences the run's ids, plans
+    again stably, and the replayed run's output is exact."""
+    bs = kafka_cluster.bootstrap
+    src, dst, inputs, files, before = _stateless_run(bs, topic_factory, tmp_path, run_job)
+    txn_id = transactional_id(files.app_id, "out", f"{src}-0")
+    dead_run = leave_open_transaction(bs, txn_id, files.app_id, (src, 0), dst)
+    began = time.monotonic()
+    assert all(p["committed"] is not None for p in _offsets(files.app_id)["partitions"])
+    result = _cli("replay", files.app_id, "--from", "earliest", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - began < 40, "neither waited for the open transaction"
+    del dead_run
+    run_job(files.job)
+    got = pairs(_written_after(bs, dst, before))
+    assert (b"never", b"aborted") not in got, "the replay's fence aborted the dead run's transaction"
+    cmp = compare(eos.stateless_reference(inputs), got)
+    assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
 
 
 def test_stateful_job_replayed_from_a_timestamp_restarts_there(
