@@ -338,7 +338,7 @@ def apply_replay(
                 claims.release()
             raise ReplayError(
                 f"app {plan.app_id}: its committed offsets moved since the plan was shown (the last run's "
-                "transactions, fenced now, had a commit in flight); nothing was changed but the claim: run it again"
+                "transactions, fenced now, had a commit in flight); no offset or checkpoint was changed: run it again"
             )
         outcome = _apply(plan, sources, root, bootstrap, passthrough, now)
         if claimed:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ethereal_kafka import faults
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.testing.spark_cluster import session_pids
 
 
 class HarnessError(EtherealKafkaError):
@@ -125,12 +126,12 @@ def run_with_kills(
             )
             started = time.monotonic()
             if done_kills < kills:
-                target = _kill_moment(
+                moment = _kill_moment(
                     proc, root, trace, before, rng, window_s, epochs_before_kill, first_commit_timeout_s
                 )
-                if target is not None:
+                if moment is not None:
+                    target, cpu = moment
                     where = describe_kill(root, trace)
-                    cpu = session_cpu(proc.pid)
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
                     _wait_group_gone(proc.pid)
@@ -171,20 +172,23 @@ def session_cpu(session: int) -> dict[str, float]:
     Processes that already exited and were not reaped by a live one are not counted, so it is a lower bound."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for pid in session_pids([session]):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) != session:
-                continue
-            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
-            exe = os.path.basename(cmdline[0].decode(errors="replace"))
-            kind = "jvm" if exe == "java" else "driver" if b"ethereal_kafka.cli" in cmdline else "python"
-            if (
-                kind == "python" and b"-m" in cmdline[:-1]
-            ):  # PySpark's daemons and source runners: their module
-                kind = cmdline[cmdline.index(b"-m") + 1].decode(errors="replace").rsplit(".", 1)[-1]
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            kind = _kind(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))
             out[kind] = out.get(kind, 0.0) + sum(int(f) for f in fields[11:15]) / tick
     return out
+
+
+def _kind(cmdline: list[bytes]) -> str:
+    """A process's kind for `session_cpu`, from its argument list."""
+    if os.path.basename(cmdline[0].decode(errors="replace")) == "java":
+        return "jvm"
+    if b"ethereal_kafka.cli" in cmdline:
+        return "driver"
+    if b"-m" in cmdline[:-1]:  # PySpark's daemons and source runners: named after their module
+        return cmdline[cmdline.index(b"-m") + 1].decode(errors="replace").rsplit(".", 1)[-1]
+    return "python"
 
 
 def describe_cpu(cpu: Mapping[str, float]) -> str:
@@ -238,9 +242,10 @@ def _kill_moment(
     window_s: tuple[float, float],
     epochs_before_kill: tuple[int, int],
     first_commit_timeout_s: float,
-) -> str | None:
+) -> tuple[str, dict[str, float]] | None:
     """Wait for the run's first commit, then for more planned epochs, then for the chosen target and a random
-    delay; returns the target, or None when the process ended first.
+    delay; returns the target and the run's CPU (`session_cpu`, read at the start of the delay and taken off it,
+    so the kill lands when it was aimed), or None when the process ended first.
 
     Raises:
         HarnessError: no epoch committed within `first_commit_timeout_s`.
@@ -274,11 +279,14 @@ def _kill_moment(
                 return None
             time.sleep(0.01)
         target = f"{target} of {query}" if query is not None else target
+    delay = rng.uniform(*(window_s if target == "epoch" else STEP_WINDOW_S))
+    sampled = time.monotonic()
+    cpu = session_cpu(proc.pid)
     try:
-        proc.wait(timeout=rng.uniform(*(window_s if target == "epoch" else STEP_WINDOW_S)))
+        proc.wait(timeout=max(0.0, delay - (time.monotonic() - sampled)))
         return None
     except subprocess.TimeoutExpired:
-        return target
+        return target, cpu
 
 
 def trace_step(line: str) -> tuple[str, int, str, str] | None:
