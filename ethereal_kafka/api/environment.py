@@ -23,8 +23,14 @@ from ethereal_kafka.api.datastream import DataStream, N
 from ethereal_kafka.api.errors import GraphError
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from ethereal_kafka.config.connectors import KafkaSourceConfig
     from ethereal_kafka.config.job import LoadedJob
+
+#: A DataFrame pipeline added to a DataStream job (`add_dataframe_pipeline`): `{source name: streaming DataFrame}`
+#: in, `{sink name: DataFrame}` out.
+FramePipeline = Callable[[Mapping[str, "DataFrame"]], Mapping[str, "DataFrame"]]
 
 #: The entry-point group an executor registers in (`pyproject.toml`: the runtime's runner registers as "local").
 EXECUTORS_GROUP = "ethereal_kafka.executors"
@@ -72,6 +78,7 @@ class StreamExecutionEnvironment:
         self._source_nodes: dict[str, g.SourceNode] = {}
         self._names: dict[int, str] = {}
         self._uids: dict[int, str] = {}
+        self._frame_pipelines: list[FramePipeline] = []
 
     @classmethod
     def from_job_file(cls, path: str | Path) -> StreamExecutionEnvironment:
@@ -130,6 +137,30 @@ class StreamExecutionEnvironment:
             raise GraphError(f"sink {sink!r} is written by two streams; union them first")
         self._sinks.append(self.add(g.SinkNode, (node,), sink=sink))
 
+    def add_dataframe_pipeline(self, function: FramePipeline) -> None:
+        """Run DataFrame (or Spark SQL) queries in this job beside its DataStream ones, as Flink runs Table API
+        statements and DataStream pipelines in one job.
+
+        `function` is a DataFrame pipeline function: the runner calls it with `{source name: streaming DataFrame}`
+        (the job's sources, decoded as their files say) and it returns `{sink name: DataFrame}`. Each returned
+        frame is a query of its own writing that sink, under the job's guarantee, exactly as in a job whose
+        `pipeline=` is a DataFrame function: the same checkpoint, transactions, markers and restarts as the
+        job's other queries. A source read by several queries (DataStream or DataFrame) is read by each with a
+        consumer group of its own (`<group>.<query>`); the function may then be called once per such query.
+
+        Raises:
+            GraphError: `function` is not callable (what it returns is checked when the job is planned: a sink
+                the job lacks, or one that a stream or another pipeline already writes).
+        """
+        if not callable(function):
+            raise GraphError(f"add_dataframe_pipeline({function!r}): expected a function(sources) -> dict")
+        self._frame_pipelines.append(function)
+
+    @property
+    def dataframe_pipelines(self) -> tuple[FramePipeline, ...]:
+        """The DataFrame pipeline functions added with `add_dataframe_pipeline`, in order."""
+        return tuple(self._frame_pipelines)
+
     def name_node(self, node: g.Node, name: str) -> None:
         """Give `node` a display name (`DataStream.name`); a later call replaces it.
 
@@ -168,9 +199,9 @@ class StreamExecutionEnvironment:
         """The graph built so far, each node carrying the name and uid given to it.
 
         Raises:
-            GraphError: no stream is written to a sink.
+            GraphError: no stream is written to a sink, and no DataFrame pipeline was added.
         """
-        if not self._sinks:
+        if not self._sinks and not self._frame_pipelines:
             raise GraphError("the pipeline writes no stream to a sink (call stream.sink_to(name))")
         if not self._names and not self._uids:
             return g.JobGraph(tuple(self._nodes), tuple(self._sinks))
@@ -200,12 +231,14 @@ class StreamExecutionEnvironment:
             raise GraphError(
                 "execute() needs an environment made by StreamExecutionEnvironment.from_job_file"
             )
-        graph = self.graph()
-        builder: Callable[[StreamExecutionEnvironment], None] = lambda env: env._adopt(graph)  # noqa: E731
+        graph, frames = self.graph(), self.dataframe_pipelines
+        builder: Callable[[StreamExecutionEnvironment], None] = lambda env: env._adopt(graph, frames)  # noqa: E731
         return find_executor()(self.job.path, available_now=available_now, graph_builder=builder)
 
-    def _adopt(self, graph: g.JobGraph) -> None:
-        """Take over a graph built by another environment of the same job (used by `execute`)."""
+    def _adopt(self, graph: g.JobGraph, frames: tuple[FramePipeline, ...] = ()) -> None:
+        """Take over a graph (and DataFrame pipelines) built by another environment of the same job (used by
+        `execute`)."""
         self._nodes = list(graph.nodes)
         self._sinks = list(graph.sinks)
         self._names, self._uids = {}, {}
+        self._frame_pipelines = list(frames)

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -42,16 +43,18 @@ def compile_graph(
     job: JobConfig | None,
     connectors: ConnectorSet,
     user_errors: UserErrors | None = None,
+    also_read: Mapping[str, int] | None = None,
 ) -> list[tuple[Query, DataFrame]]:
     """Compile `graph` into queries, each with the DataFrame it writes (sink key/value columns, `__sink` with several
     sinks); see the module docstring. `user_errors`: the job's `on.user.error` (`plan.user_errors`; None: user-code
-    errors fail the epoch).
+    errors fail the epoch). `also_read`: per source, the job's queries outside the graph that read it too
+    (`plan.sink_groups.group_sinks`).
 
     Raises:
         GraphError: the graph uses a combination the engine cannot run (the message names the operator).
     """
     compiled = []
-    for planned in group_sinks(graph, connectors.sources):
+    for planned in group_sinks(graph, connectors.sources, also_read):
         plan = pin_lookup_tables(planned, graph, dict(connectors.tables))
         carried = carried_watermarks(plan.sinks) if job is not None and job.checkpoint_location else ()
         ctx = CompileContext(

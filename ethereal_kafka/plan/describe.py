@@ -161,6 +161,20 @@ def describe_dataframe(
     return {"style": "dataframe", "queries": out, "nodes": list(nodes.values()), "edges": edges}
 
 
+def merged(graph: Description, frames: Description) -> Description:
+    """A DataStream job's description with the queries of a DataFrame pipeline it added (`describe_dataframe`):
+    one picture, each connector node once."""
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    for node in frames["nodes"]:
+        nodes.setdefault(node["id"], node)
+    return {
+        **graph,
+        "queries": [*graph["queries"], *frames["queries"]],
+        "nodes": list(nodes.values()),
+        "edges": [*graph["edges"], *frames["edges"]],
+    }
+
+
 def with_query_shapes(description: Description, shapes: Mapping[str, Mapping[str, Any]]) -> Description:
     """The description with each query's classification filled in (`{query: {"mode", "stateful",
     "output_mode"}}`, as the compiler decided it)."""

@@ -9,12 +9,13 @@ Rules (each keeps a stateful operator in exactly one query, where its state and 
   (`map`/`flat_map`/`filter`) and, first, the choice of a side output. Branches run in one fan-out step that
   tags each row with its sink.
 - Two queries reading one source read it with their own consumer group (`<group>.<query>`), so their committed
-  offsets and markers never collide.
+  offsets and markers never collide (counting the job's DataFrame queries beside its graph: `also_read`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ethereal_kafka.api import graph as g
@@ -70,14 +71,38 @@ def ancestors(node: g.Node) -> set[int]:
     return seen
 
 
-def group_sinks(graph: g.JobGraph, sources: dict[str, KafkaSourceConfig]) -> list[SinkGroup]:
-    """Group sinks and find forks and branches (see the module docstring).
+def group_sinks(
+    graph: g.JobGraph, sources: dict[str, KafkaSourceConfig], also_read: Mapping[str, int] | None = None
+) -> list[SinkGroup]:
+    """Group sinks and find forks and branches (see the module docstring). `also_read`: per source, how many
+    queries outside the graph read it too (the job's DataFrame queries, `env.add_dataframe_pipeline`).
 
     Raises:
         GraphError: a branch below a fork holds an operator other than per-element Python functions.
     """
     by_id = {n.id: n for n in graph.nodes}
     reach = {s.id: ancestors(s) for s in graph.sinks}
+    ordered = _grouped(graph, reach)
+    reads: dict[str, int] = dict(also_read or {})
+    for members in ordered:
+        for name in _sources_read(members, by_id):
+            reads[name] = reads.get(name, 0) + 1
+    plans = []
+    for members in ordered:
+        name = "+".join(sorted(s.sink for s in members))
+        own = {}
+        for source in _sources_read(members, by_id):
+            config = sources[source]
+            if reads[source] > 1:
+                config = dataclasses.replace(config, group_id=f"{config.group}.{name}")
+            own[source] = config
+        fork, branches = _split(members, reach, by_id) if len(members) > 1 else (None, ())
+        plans.append(SinkGroup(name, tuple(members), fork, branches, own))
+    return plans
+
+
+def _grouped(graph: g.JobGraph, reach: dict[int, set[int]]) -> list[list[g.SinkNode]]:
+    """The graph's sinks in query groups (sinks sharing a stateful operator together), ordered by first sink."""
     parent = {s.id: s.id for s in graph.sinks}
 
     def root(i: int) -> int:
@@ -94,23 +119,18 @@ def group_sinks(graph: g.JobGraph, sources: dict[str, KafkaSourceConfig]) -> lis
     groups: dict[int, list[g.SinkNode]] = {}
     for sink in graph.sinks:
         groups.setdefault(root(sink.id), []).append(sink)
-    ordered = sorted(groups.values(), key=lambda members: min(s.id for s in members))
-    reads: dict[str, int] = {}
-    for members in ordered:
+    return sorted(groups.values(), key=lambda members: min(s.id for s in members))
+
+
+def graph_readers(graph: g.JobGraph) -> dict[str, int]:
+    """Per source, how many of the graph's queries (as `group_sinks` groups its sinks) read it."""
+    by_id = {n.id: n for n in graph.nodes}
+    reach = {s.id: ancestors(s) for s in graph.sinks}
+    counts: dict[str, int] = {}
+    for members in _grouped(graph, reach):
         for name in _sources_read(members, by_id):
-            reads[name] = reads.get(name, 0) + 1
-    plans = []
-    for members in ordered:
-        name = "+".join(sorted(s.sink for s in members))
-        own = {}
-        for source in _sources_read(members, by_id):
-            config = sources[source]
-            if reads[source] > 1:
-                config = dataclasses.replace(config, group_id=f"{config.group}.{name}")
-            own[source] = config
-        fork, branches = _split(members, reach, by_id) if len(members) > 1 else (None, ())
-        plans.append(SinkGroup(name, tuple(members), fork, branches, own))
-    return plans
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def _sources_read(members: list[g.SinkNode], by_id: dict[int, g.Node]) -> list[str]:

@@ -105,32 +105,21 @@ def build_pipeline(
         ConfigError: the pipeline cannot be imported, returns something other than DataFrames, or its outputs do
             not match the job's sinks.
     """
-    from ethereal_kafka.plan.describe import describe_dataframe, describe_graph, with_query_shapes
+    from ethereal_kafka.plan.describe import describe_dataframe, with_query_shapes
 
     guarantee = loaded.job.delivery_guarantee
     function: Any = graph_builder or dataframe_pipeline(spark, loaded)
     if graph_builder is not None or is_graph_pipeline(function):
-        from ethereal_kafka.api.environment import StreamExecutionEnvironment
-        from ethereal_kafka.plan.compiler import ConnectorSet, compile_graph
-        from ethereal_kafka.plan.sink_groups import group_sinks
-
-        env = StreamExecutionEnvironment.for_job(loaded, sources=sources)
-        function(env)
-        graph = env.graph()
-        compiled = compile_graph(
-            spark,
-            graph,
-            loaded.job,
-            ConnectorSet(dict(sources), dict(loaded.sinks), dict(loaded.tables)),
-            user_errors(loaded),
-        )
-        builds = [query for query, _ in compiled]
-        plan = describe_graph(
-            graph, group_sinks(graph, dict(sources)), sources, loaded.sinks, guarantee, loaded.tables
-        )
-        frames = {query.name: frame for query, frame in compiled}
-        return BuiltPipeline(builds, frames, with_query_shapes(plan, _shapes(builds)))
-    pairs = _dataframe_queries(spark, loaded, sources, function)
+        return _graph_pipeline(spark, loaded, sources, function)
+    outputs = _outputs(loaded, function(_frames(spark, sources)))
+    pairs = _dataframe_queries(
+        spark,
+        loaded,
+        sources,
+        outputs,
+        lambda own: _outputs(loaded, function(own)),
+        _readers(outputs, sources),
+    )
     builds = [query for query, _ in pairs]
     what = loaded.job.pipeline or "transform.sql"
     plan = describe_dataframe(
@@ -144,25 +133,106 @@ def build_pipeline(
     return BuiltPipeline(builds, frames, with_query_shapes(plan, _shapes(builds)))
 
 
-def _dataframe_queries(
+def _graph_pipeline(
     spark: SparkSession, loaded: LoadedJob, sources: Mapping[str, KafkaSourceConfig], function: Any
-) -> list[tuple[Query, DataFrame]]:
-    """One query per sink of a DataFrame pipeline, each with the sources it reads as it reads them.
+) -> BuiltPipeline:
+    """`build_pipeline` for a DataStream pipeline: its graph compiled into queries, and the queries of the
+    DataFrame pipelines it added (`env.add_dataframe_pipeline`), each source read by several of them with a
+    consumer group of its own."""
+    from ethereal_kafka.api.environment import StreamExecutionEnvironment
+    from ethereal_kafka.plan.compiler import ConnectorSet, compile_graph
+    from ethereal_kafka.plan.describe import describe_dataframe, describe_graph, merged, with_query_shapes
+    from ethereal_kafka.plan.sink_groups import graph_readers, group_sinks
 
-    As for DataStream pipelines, a source read by several queries is read by each with its own consumer group
-    (`<group>.<query>`): their committed offsets and epoch markers would otherwise overwrite each other, and a
-    replayed epoch could find another query's marker and write its output again. The pipeline function is then
-    called once per query, with that query's frames, and only its output for that query is kept.
+    env = StreamExecutionEnvironment.for_job(loaded, sources=sources)
+    function(env)
+    graph = env.graph()
+    written = {s.sink: "a stream (sink_to)" for s in graph.sinks}
+    added: list[tuple[Any, dict[str, DataFrame]]] = []
+    for fn in env.dataframe_pipelines:
+        outputs = _added_outputs(loaded, fn, fn(_frames(spark, sources)), written)
+        added.append((fn, outputs))
+    also_read: dict[str, int] = {}  # per source, the added DataFrame queries that read it
+    for _, outputs in added:
+        for source, n in _readers(outputs, sources).items():
+            also_read[source] = also_read.get(source, 0) + n
+    readers = graph_readers(graph)
+    for source, n in also_read.items():
+        readers[source] = readers.get(source, 0) + n
+    compiled = compile_graph(
+        spark,
+        graph,
+        loaded.job,
+        ConnectorSet(dict(sources), dict(loaded.sinks), dict(loaded.tables)),
+        user_errors(loaded),
+        also_read,
+    )
+    guarantee = loaded.job.delivery_guarantee
+    plan = describe_graph(
+        graph, group_sinks(graph, dict(sources), also_read), sources, loaded.sinks, guarantee, loaded.tables
+    )
+    for fn, outputs in added:
+
+        def rebuild(own: Mapping[str, DataFrame], fn: Any = fn) -> dict[str, DataFrame]:
+            return _added_outputs(loaded, fn, fn(own), {})
+
+        pairs = _dataframe_queries(spark, loaded, sources, outputs, rebuild, readers)
+        compiled.extend(pairs)
+        plan = merged(
+            plan,
+            describe_dataframe(
+                [(q.name, [s.name for s in q.sinks], [s.name for s in q.sources]) for q, _ in pairs],
+                sources,
+                loaded.sinks,
+                guarantee,
+                _function_name(fn),
+            ),
+        )
+    builds = [query for query, _ in compiled]
+    frames = {query.name: frame for query, frame in compiled}
+    return BuiltPipeline(builds, frames, with_query_shapes(plan, _shapes(builds)))
+
+
+def _frames(spark: SparkSession, sources: Mapping[str, KafkaSourceConfig]) -> dict[str, DataFrame]:
+    return {name: source_frame(spark, conf) for name, conf in sources.items()}
+
+
+def _readers(outputs: Mapping[str, DataFrame], sources: Mapping[str, KafkaSourceConfig]) -> dict[str, int]:
+    """Per source, how many of `outputs` (one query each) read it."""
+    counts: dict[str, int] = {}
+    for frame in outputs.values():
+        for source in sources_read(frame) & set(sources):
+            counts[source] = counts.get(source, 0) + 1
+    return counts
+
+
+def _function_name(function: Any) -> str:
+    module = getattr(function, "__module__", None)
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}:{name}" if module else str(name)
+
+
+def _dataframe_queries(
+    spark: SparkSession,
+    loaded: LoadedJob,
+    sources: Mapping[str, KafkaSourceConfig],
+    outputs: Mapping[str, DataFrame],
+    rebuild: Callable[[Mapping[str, DataFrame]], Mapping[str, DataFrame]],
+    readers: Mapping[str, int],
+) -> list[tuple[Query, DataFrame]]:
+    """One query per output (sink name -> DataFrame) of a DataFrame pipeline, each with the sources it reads as it
+    reads them.
+
+    As for DataStream pipelines, a source read by several queries (`readers`: per source, how many of the job's
+    queries read it) is read by each with its own consumer group (`<group>.<query>`): their committed offsets and
+    epoch markers would otherwise overwrite each other, and a replayed epoch could find another query's marker
+    and write its output again. The pipeline is then called again (`rebuild`) per such query, with that query's
+    frames, and only its output for that query is kept.
 
     Raises:
         ConfigError: the function returns something other than DataFrames, or its outputs do not match the sinks.
     """
-    outputs = _outputs(loaded, function({name: source_frame(spark, conf) for name, conf in sources.items()}))
     reads = {name: sorted(sources_read(frame) & set(sources)) for name, frame in outputs.items()}
-    readers: dict[str, int] = {}
-    for names in reads.values():
-        for source in names:
-            readers[source] = readers.get(source, 0) + 1
     builds: list[tuple[Query, DataFrame]] = []
     for name, frame in outputs.items():
         own = {
@@ -172,7 +242,7 @@ def _dataframe_queries(
             for source, conf in sources.items()
         }
         if own != dict(sources):
-            frame = _outputs(loaded, function({s: source_frame(spark, c) for s, c in own.items()}))[name]
+            frame = rebuild(_frames(spark, own))[name]
         layout, stateful, watermarked = classify(frame)
         query = Query(
             name,
@@ -184,6 +254,31 @@ def _dataframe_queries(
         )
         builds.append((query, frame))
     return builds
+
+
+def _added_outputs(
+    loaded: LoadedJob, function: Any, outputs: Any, written: dict[str, str]
+) -> dict[str, DataFrame]:
+    """The outputs of a DataFrame pipeline added to a DataStream job, checked: `{sink name: DataFrame}` naming sinks
+    of the job that nothing else writes yet (`written`: sink -> what writes it; the new sinks are added to it).
+
+    Raises:
+        ConfigError: not a mapping of DataFrames, an unknown sink, or a sink already written.
+    """
+    from pyspark.sql import DataFrame as SparkFrame
+
+    what = f"{loaded.path}: add_dataframe_pipeline({_function_name(function)})"
+    if not isinstance(outputs, Mapping) or not all(isinstance(f, SparkFrame) for f in outputs.values()):
+        raise ConfigError(f"{what} returned {type(outputs).__name__}, not {{sink name: DataFrame}}")
+    for sink in outputs:
+        if sink not in loaded.sinks:
+            raise ConfigError(
+                f"{what} writes sink {sink!r}, which the job does not have (sinks: {', '.join(loaded.sinks)})"
+            )
+        if sink in written:
+            raise ConfigError(f"{what} writes sink {sink!r}, which {written[sink]} already writes")
+    written.update(dict.fromkeys(outputs, f"add_dataframe_pipeline({_function_name(function)})"))
+    return dict(outputs)
 
 
 def _outputs(loaded: LoadedJob, outputs: Any) -> dict[str, DataFrame]:

@@ -7,10 +7,16 @@ import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from ethereal_kafka.connectors.kafka.topics import ReadRecord, produce, read_all, read_committed
+from ethereal_kafka.examples import eos
+from ethereal_kafka.testing.crash import compare
+
+if TYPE_CHECKING:
+    from ethereal_kafka.testing.plugin import TopicFactory
 
 
 @dataclass(frozen=True)
@@ -61,44 +67,6 @@ def write_job(
         f"sink.tasks=2\ntransaction.timeout.ms=30000\n{extra_job}"
     )
     return JobFiles(folder / "job.properties", app, source_topic, sink_topic, checkpoint)
-
-
-@dataclass(frozen=True)
-class QueryFiles:
-    """One query of a multi-query test job: its source (`{query}_in`) and sink (named after the query)."""
-
-    source_topic: str
-    sink_topic: str
-    max_records: int
-    source_extra: str = ""
-
-
-def write_queries_job(
-    folder: Path, bootstrap: str, pipeline: str, queries: dict[str, QueryFiles], *, app_id: str | None = None
-) -> Path:
-    """Write a job of several queries (`write_job`'s settings): for each query name a source `{name}_in` and a sink
-    `name` (`pipeline` returns `{sink name: DataFrame}`), each source with its own `max.records.per.epoch` (overridden by
-    `TEST_EPOCH_RECORDS` like `write_job`'s) and extra lines. Returns the job file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    app = app_id or f"eos-{uuid.uuid4().hex[:8]}"
-    for name, q in queries.items():
-        (folder / f"{name}-source.properties").write_text(
-            f"connector.class=kafka-source\nname={name}_in\nbootstrap.servers={bootstrap}\ntopics={q.source_topic}\n"
-            f"starting.offsets=earliest\nmax.records.per.epoch=${{{EPOCH_RECORDS_ENV}:-{q.max_records}}}\n"
-            f"{q.source_extra}"
-        )
-        (folder / f"{name}-sink.properties").write_text(
-            f"connector.class=kafka-sink\nname={name}\nbootstrap.servers={bootstrap}\ntopic={q.sink_topic}\n"
-        )
-    sources = ",".join(f"{name}-source.properties" for name in queries)
-    sinks = ",".join(f"{name}-sink.properties" for name in queries)
-    job = folder / "job.properties"
-    job.write_text(
-        f"app.id={app}\nsources={sources}\nsinks={sinks}\npipeline={pipeline}\n"
-        f"checkpoint.location={folder / 'checkpoint'}\ndelivery.guarantee=exactly-once\ntrigger.interval.ms=200\n"
-        "sink.tasks=2\ntransaction.timeout.ms=30000\n"
-    )
-    return job
 
 
 def dead_letter_lines(dlq_topic: str) -> str:
@@ -254,3 +222,106 @@ def leave_open_transaction(
     finally:
         reader.close()
     return producer
+
+
+#: `max.records.per.epoch` of `FrameQueries.sources` in the kill run.
+FRAME_MAX_RECORDS = {"stateless_in": 100, "running_total_in": 80, "windowed_count_in": 80}
+
+
+@dataclass(frozen=True)
+class FrameQueries:
+    """The inputs and outputs of `examples.eos:three_queries` (DataFrame queries: a stateless map/filter with dead
+    letters, a keyed running aggregate with dead letters, an event-time windowed count), fed by `feed_frames`.
+
+    `sources` and `sinks` are `api_helpers.write_api_job`'s: a source `{query}_in` and a sink named after each
+    query, with the epoch sizes the kill run uses."""
+
+    stateless: tuple[str, str, str]  # source, sink, dead letters
+    running_total: tuple[str, str, str]
+    windowed: tuple[str, str]
+    stateless_inputs: list[tuple[bytes, bytes]]
+    running_inputs: list[tuple[bytes, bytes]]
+    windowed_inputs: list[tuple[bytes, bytes]]
+    flush_ts: int
+
+    @property
+    def sources(self) -> dict[str, tuple[str, str]]:
+        return {
+            "stateless_in": (self.stateless[0], dead_letter_lines(self.stateless[2])),
+            "running_total_in": (self.running_total[0], dead_letter_lines(self.running_total[2])),
+            "windowed_count_in": (self.windowed[0], ""),
+        }
+
+    @property
+    def sinks(self) -> dict[str, tuple[str, str]]:
+        return {
+            "stateless": (self.stateless[1], ""),
+            "running_total": (self.running_total[1], ""),
+            "windowed_count": (self.windowed[1], ""),
+        }
+
+    def check(self, bootstrap: str, kills: int) -> None:
+        """Each output exact against its plain-Python reference (no duplicate, no loss, per-key order kept), and
+        every poison record in its dead-letter topic once; prints one line per query."""
+        got = output(bootstrap, self.stateless[1])
+        stateless = compare(eos.stateless_reference(self.stateless_inputs), pairs(got))
+        dead = check_dead_letters(bootstrap, self.stateless[0], self.stateless[2])
+        print(f"stateless: {stateless.line(kills)}; {dead}")
+        assert (stateless.duplicates, stateless.lost, stateless.unexpected) == (0, 0, 0)
+        assert per_key_order_kept(got)
+
+        updates = [json.loads(r.value or b"") for r in output(bootstrap, self.running_total[1])]
+        reference = eos.running_total_reference(self.running_inputs)
+        seen = Counter((u["key"], u["count"]) for u in updates)
+        duplicates = sum(n - 1 for n in seen.values() if n > 1)
+        wrong = [u for u in updates if reference[u["key"]][u["count"] - 1] != u["total"]]
+        finals = {k: max(c for (key, c) in seen if key == k) for k in {k for k, _ in seen}}
+        lost = sum(1 for k, totals in reference.items() if finals.get(k) != len(totals))
+        dead = check_dead_letters(bootstrap, self.running_total[0], self.running_total[2])
+        print(
+            f"running_total: records={len(updates)} duplicates={duplicates} lost={lost} kills={kills}; {dead}"
+        )
+        assert (duplicates, lost, wrong) == (0, 0, [])
+
+        windows = [json.loads(r.value or b"") for r in output(bootstrap, self.windowed[1])]
+        expected = eos.windowed_count_reference(self.windowed_inputs, self.flush_ts - eos.LATENESS_MS)
+        windowed = compare(
+            [(k, s, c) for (k, s), c in expected.items()],
+            [(g["key"], g["window_start"], g["count"]) for g in windows],
+        )
+        print(f"windowed_count: {windowed.line(kills)}")
+        assert (windowed.duplicates, windowed.lost, windowed.unexpected) == (0, 0, 0)
+
+
+def _poisoned(
+    bootstrap: str, topic_factory: TopicFactory, events: int, partitions: int, poison: int
+) -> tuple[str, str, str, list[tuple[bytes, bytes]]]:
+    """A source topic fed `events` events with `poison` poison records halfway, its sink and dead-letter topics."""
+    src, dst, dlq = (
+        topic_factory(partitions=partitions),
+        topic_factory(partitions=partitions),
+        topic_factory(1),
+    )
+    inputs = eos.events(events)
+    feed(bootstrap, src, inputs[: events // 2], partitions)
+    add_poison(bootstrap, src, partitions, poison)
+    feed(bootstrap, src, inputs[events // 2 :], partitions)
+    return src, dst, dlq, inputs
+
+
+def feed_frames(bootstrap: str, topic_factory: TopicFactory) -> FrameQueries:
+    """Topics and input for `examples.eos:three_queries`: 4,000 events with 60 poison records (stateless, 3
+    partitions), 3,000 with 40 poison records (running aggregate), 3,000 events and one far-future flush event per
+    partition that moves the watermark past every real window (windowed count)."""
+    s_src, s_dst, s_dlq, s_inputs = _poisoned(bootstrap, topic_factory, 4000, 3, 60)
+    k_src, k_dst, k_dlq, k_inputs = _poisoned(bootstrap, topic_factory, 3000, 2, 40)
+    w_src, w_dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    w_inputs = eos.events(3000)
+    flush_ts = max(json.loads(v)["ts"] for _, v in w_inputs) + 10 * eos.WINDOW_MS
+    feed(bootstrap, w_src, w_inputs, 2)
+    for p in range(2):
+        flush = {"id": -1 - p, "key": f"flush{p}", "seq": 1, "amount": 0, "ts": flush_ts}
+        produce(bootstrap, w_src, [(f"flush{p}".encode(), json.dumps(flush).encode())], partition=p)
+    return FrameQueries(
+        (s_src, s_dst, s_dlq), (k_src, k_dst, k_dlq), (w_src, w_dst), s_inputs, k_inputs, w_inputs, flush_ts
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ethereal_kafka.examples.eos import three_queries
 from tests.integration.connected_jobs import FollowedRuleDetector, Names, limits_and
 from tests.integration.keyed_jobs import slot_timers
 from tests.integration.pipelines_api import counts_two_ways
@@ -23,6 +24,14 @@ def timers_two_sinks_and_rules(env: StreamExecutionEnvironment) -> None:
     slot_timers(env)
     counts_two_ways(env)
     limits_and(env, FollowedRuleDetector(), CONNECTED)
+
+
+def both_apis(env: StreamExecutionEnvironment) -> None:
+    """`timers_two_sinks_and_rules`'s four DataStream queries and, added with `env.add_dataframe_pipeline`, the
+    three DataFrame queries of `examples.eos.three_queries` (sources `stateless_in`, `running_total_in`,
+    `windowed_count_in`; sinks `stateless`, `running_total`, `windowed_count`): seven queries in one process."""
+    timers_two_sinks_and_rules(env)
+    env.add_dataframe_pipeline(three_queries)
 
 
 def rules_only(env: StreamExecutionEnvironment) -> None:

@@ -31,6 +31,26 @@ def stateless(env: StreamExecutionEnvironment) -> None:
     )
 
 
+def line_lengths(sources: Any) -> dict[str, Any]:
+    """A DataFrame pipeline: each line's `seq` and length in characters, keyed by the record's key."""
+    lines = sources["lines"]
+    value = F.to_json(F.struct("seq", F.length("text").alias("length")))
+    return {"lengths": lines.select(F.col("key"), value.alias("value"))}
+
+
+def stateless_and_lengths(env: StreamExecutionEnvironment) -> None:
+    """`stateless` (words) and, beside it in the same job, the DataFrame pipeline `line_lengths` reading the same
+    source."""
+    stateless(env)
+    env.add_dataframe_pipeline(line_lengths)
+
+
+def lengths_into_words(env: StreamExecutionEnvironment) -> None:
+    """`stateless`, plus a DataFrame pipeline that writes the sink `stateless` already writes (refused)."""
+    stateless(env)
+    env.add_dataframe_pipeline(lambda sources: {"words": line_lengths(sources)["lengths"]})
+
+
 def counts_two_ways(env: StreamExecutionEnvironment) -> None:
     """A native windowed count written to two sinks by one query: as is, and reshaped by a Python map."""
     counts = (

@@ -1,7 +1,9 @@
-"""Exactly-once for DataStream jobs: one query writing two sinks commits both in one transaction per task; a keyed
-process function's state and timers, connected streams' shared keyed state and broadcast state with timers resume
-where the last committed epoch left them, so SIGKILLs at random moments leave no sink with a duplicate or a gap, and
-with fixed epochs the killed run writes the same bytes as a run without kills."""
+"""Exactly-once under SIGKILL, in the suite's shared kill run: one job process of both APIs. DataStream queries: one
+query writing two sinks commits both in one transaction per task; a keyed process function's state and timers,
+connected streams' shared keyed state and broadcast state with timers resume where the last committed epoch left
+them. DataFrame queries (added with `env.add_dataframe_pipeline`): a stateless map/filter and a keyed running
+aggregate with dead letters, an event-time windowed count. SIGKILLs at random moments leave no sink with a
+duplicate or a gap, and with fixed epochs the killed run writes the same bytes as a run without kills."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from tests.integration.api_helpers import (
 )
 from tests.integration.connected_jobs import EVENT_DDL as PAYMENT_DDL
 from tests.integration.connected_jobs import LIMIT_DDL
-from tests.integration.eos_helpers import FINAL_RUN
+from tests.integration.eos_helpers import FINAL_RUN, FRAME_MAX_RECORDS, feed_frames
 from tests.integration.keyed_jobs import EVENT_DDL
 from tests.integration.kill_jobs import CONNECTED
 from tests.integration.pipelines_api import WINDOW_MS
@@ -40,16 +42,19 @@ KILLS = 12
 
 
 @pytest.mark.timeout(1800)
-def test_timers_a_window_into_two_sinks_and_connected_streams_survive_kills(
+def test_seven_queries_of_both_apis_survive_kills(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
 ) -> None:
-    """One job process, four queries, SIGKILLed `KILLS` times: a keyed process function with state and event-time
-    timers writing a main and a side output; a window written to two sinks by one query; a `KeyedCoProcessFunction`
-    whose two keyed inputs share a user's state; a `KeyedBroadcastProcessFunction` with broadcast rules and
-    event-time timers. Each sink's output matches its plain-Python reference: no duplicate, no gap, per-key order
-    kept, both sinks of a query committed together. The connected queries read fixed epochs (pinned sizes, so the
-    last run plans them as every other run did): their output is also the same bytes, per partition, as a run
-    without kills. One process for all four pays the restarts once (docs/dev/testing.md)."""
+    """One job process, seven queries, SIGKILLed `KILLS` times. DataStream: a keyed process function with state
+    and event-time timers writing a main and a side output; a window written to two sinks by one query; a
+    `KeyedCoProcessFunction` whose two keyed inputs share a user's state; a `KeyedBroadcastProcessFunction` with
+    broadcast rules and event-time timers. DataFrame (`examples.eos.three_queries`, added to the same job): a
+    stateless map/filter and a keyed running aggregate, each with poison input sent to dead letters, and an
+    event-time windowed count. Each sink's output matches its plain-Python reference: no duplicate, no gap, per-key
+    order kept, both sinks of a query committed together, each poison record dead-lettered once. The connected
+    queries read fixed epochs (pinned sizes, so the last run plans them as every other run did): their output is
+    also the same bytes, per partition, as a run without kills. One process for all seven pays the restarts once
+    (docs/dev/testing.md)."""
     bs = kafka_cluster.bootstrap
     # keyed state and timers (`keyed_jobs.slot_timers`)
     events_topic = topic_factory(partitions=2)
@@ -77,6 +82,8 @@ def test_timers_a_window_into_two_sinks_and_connected_streams_survive_kills(
     }
     feed_events(bs, connected[CONNECTED.events], cref.feed_list(payments))
     feed_events(bs, connected[CONNECTED.limits], cref.feed_list(limits))
+    # the DataFrame queries (`examples.eos.three_queries`)
+    frames = feed_frames(bs, topic_factory)
     json_sink = "value.format=json\nkey.format=string\n"
     connected_sources = {
         CONNECTED.events: (connected[CONNECTED.events], f"value.format=json\nvalue.schema={PAYMENT_DDL}\n"),
@@ -91,11 +98,12 @@ def test_timers_a_window_into_two_sinks_and_connected_streams_survive_kills(
     job = write_api_job(
         tmp_path,
         bs,
-        "tests.integration.kill_jobs:timers_two_sinks_and_rules",
+        "tests.integration.kill_jobs:both_apis",
         {
             "events": (events_topic, f"value.format=json\nvalue.schema={EVENT_DDL}\n"),
             "lines": (lines_topic, "value.format=json\nvalue.schema=seq long, text string, ts long\n"),
             **connected_sources,
+            **frames.sources,
         },
         {
             "out": (out, json_sink),
@@ -103,8 +111,9 @@ def test_timers_a_window_into_two_sinks_and_connected_streams_survive_kills(
             "counts": (counts_topic, "value.format=json\n"),
             "flat": (flat_topic, "value.format=json\n"),
             **connected_sinks,
+            **frames.sinks,
         },
-        max_records={"events": 20, "lines": 40, **connected_records},
+        max_records={"events": 20, "lines": 40, **connected_records, **FRAME_MAX_RECORDS},
         extra_job=fixed,
         pinned=connected_sources,
     )
@@ -126,7 +135,9 @@ def test_timers_a_window_into_two_sinks_and_connected_streams_survive_kills(
         "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "300",  # widen each task's open transaction: kills land in commits
     }
     final = {**FINAL_RUN, "PYTHONPATH": env["PYTHONPATH"]}
-    run = run_with_kills(job.path, KILLS, seed=41, env=env, final_env=final, log=tmp_path / "crash.log")
+    run = run_with_kills(
+        job.path, KILLS, seed=41, env=env, final_env=final, log=tmp_path / "crash.log", timeout_s=1500
+    )
     print("\n".join(run.landed))
     assert run.kills >= KILLS
     run_job(clean.path)
@@ -192,3 +203,5 @@ def test_timers_a_window_into_two_sinks_and_connected_streams_survive_kills(
         assert by_partition(bs, connected[sink]) == by_partition(bs, clean_sinks[sink][0]), sink
     follow_ups = sum(r["kind"] == "timer" for r in read_json(bs, connected[CONNECTED.alerts]))
     assert follow_ups > 100, follow_ups
+
+    frames.check(bs, run.kills)

@@ -6,12 +6,19 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
 
 from ethereal_kafka.checkpoint.history import CheckpointHistory
+from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.api_helpers import base_ts, feed_events, read_json, read_records, write_api_job
 from tests.integration.pipelines_api import WINDOW_MS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 TEXTS = ["the quick brown fox", "jumps over the lazy dog", "a b cc ddd", "fox and dog and cat", "x"]
 
@@ -22,6 +29,16 @@ def _lines(count: int) -> list[tuple[int, str, dict[str, object], int]]:
         (i % 2, f"l{i}", {"seq": i, "text": TEXTS[i % len(TEXTS)], "ts": base + i * 700}, base + i * 700)
         for i in range(count)
     ]
+
+
+def _expected_words(events: list[tuple[int, str, dict[str, object], int]]) -> Counter[tuple[str, str]]:
+    """`pipelines_api.stateless`'s output records (key, value) for `events`."""
+    return Counter(
+        (w, json.dumps({"key": w, "word": w.upper(), "seq": v["seq"]}, separators=(",", ":")))
+        for _, _, v, _ in events
+        for w in str(v["text"]).split()
+        if len(w) > 2
+    )
 
 
 def test_per_element_operators_through_kafka(
@@ -43,12 +60,7 @@ def test_per_element_operators_through_kafka(
         max_records=70,
     )
     run_job(job.path)
-    expected = Counter(
-        (w, json.dumps({"key": w, "word": w.upper(), "seq": v["seq"]}, separators=(",", ":")))
-        for _, _, v, _ in events
-        for w in str(v["text"]).split()
-        if len(w) > 2
-    )
+    expected = _expected_words(events)
     records = read_records(bs, dst)
     assert records
     got = Counter(((r.key or b"").decode(), (r.value or b"").decode()) for r in records)
@@ -57,6 +69,67 @@ def test_per_element_operators_through_kafka(
     with CheckpointHistory(job.app_id, read_only=True) as history:
         modes = {record.mode for record in history.records()}
     assert modes == {"partition-preserving"}
+
+
+def test_dataframe_queries_run_beside_the_streams_of_a_datastream_job(
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
+    spark: SparkSession,
+) -> None:
+    """`env.add_dataframe_pipeline` adds a DataFrame query to a DataStream job (Flink's Table API statements beside
+    its DataStream pipelines): both read the one source, each with a consumer group of its own, and each output is
+    exact; a DataFrame query writing a sink a stream already writes is refused before anything runs."""
+    from ethereal_kafka.config.job import load_job
+    from ethereal_kafka.runtime.pipeline import build_pipeline
+    from tests.integration.eos_helpers import group_offsets
+
+    bs = kafka_cluster.bootstrap
+    src, words, lengths = (
+        topic_factory(partitions=2),
+        topic_factory(partitions=2),
+        topic_factory(partitions=2),
+    )
+    events = _lines(200)
+    feed_events(bs, src, events)
+    source = {"lines": (src, "value.format=json\nvalue.schema=seq long, text string, ts long\n")}
+    job = write_api_job(
+        tmp_path,
+        bs,
+        "tests.integration.pipelines_api:stateless_and_lengths",
+        source,
+        {"words": (words, "value.format=json\nkey.format=string\n"), "lengths": (lengths, "")},
+        max_records=70,
+    )
+    run_job(job.path)
+    expected_words = _expected_words(events)
+    got_words = Counter(((r.key or b"").decode(), (r.value or b"").decode()) for r in read_records(bs, words))
+    assert got_words == expected_words
+    expected_lengths = Counter(
+        (key, json.dumps({"seq": v["seq"], "length": len(str(v["text"]))}, separators=(",", ":")))
+        for _, key, v, _ in events
+    )
+    got_lengths = Counter(
+        ((r.key or b"").decode(), (r.value or b"").decode()) for r in read_records(bs, lengths)
+    )
+    assert got_lengths == expected_lengths
+    # Each query committed the whole input under its own group; a shared group would have let one query's
+    # markers and offsets stand for the other's.
+    for query in ("words", "lengths"):
+        committed = group_offsets(bs, f"{job.app_id}.{query}", src, 2)
+        assert {p: offset for p, (offset, _) in committed.items()} == {0: 100, 1: 100}, query
+
+    twice = write_api_job(
+        tmp_path / "twice",
+        bs,
+        "tests.integration.pipelines_api:lengths_into_words",
+        source,
+        {"words": (words, ""), "lengths": (lengths, "")},
+    )
+    loaded = load_job(twice.path)
+    with pytest.raises(ConfigError, match=r"writes sink 'words', which a stream \(sink_to\) already writes"):
+        build_pipeline(spark, loaded, loaded.sources)
 
 
 def test_one_query_writes_a_window_to_two_sinks(

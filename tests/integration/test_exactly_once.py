@@ -23,24 +23,19 @@ from ethereal_kafka.eos.names import owner_group, progress_topic
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
-from ethereal_kafka.testing.crash import compare, run_with_kills
+from ethereal_kafka.testing.crash import compare
 from ethereal_kafka.testing.epochs import read_epochs
 from ethereal_kafka.testing.jobs import JobRun
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.eos_helpers import (
-    FINAL_RUN,
-    QueryFiles,
     add_poison,
     check_dead_letters,
     dead_letter_job,
-    dead_letter_lines,
     drop_last_commit,
     feed,
     output,
     pairs,
-    per_key_order_kept,
     write_job,
-    write_queries_job,
 )
 
 FAULT = {
@@ -59,95 +54,6 @@ def _run(
         env={**os.environ, **(env or {})},
         check=False,
     )
-
-
-#: Kills of the shared run: each lands in all three queries' protocols at once, aimed at a moment of one of them.
-SHARED_KILLS = 12
-
-
-@pytest.mark.timeout(1800)
-def test_stateless_keyed_and_windowed_queries_survive_kills(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path
-) -> None:
-    """Three queries in one job process (a stateless map/filter with dead letters, a keyed running aggregate with
-    dead letters, an event-time windowed count), SIGKILLed `SHARED_KILLS` times: every kill interrupts all three,
-    each at its own point (an open transaction, a commit, between epochs, recovery), and each output is exact.
-    One process for the three saves two thirds of the restarts three separate kill runs paid (docs/dev/testing.md).
-    """
-    from ethereal_kafka.connectors.kafka.topics import produce
-
-    bs = kafka_cluster.bootstrap
-    # stateless: dead letters commit with their epoch's output, in the sink task's transaction
-    s_src, s_dst, s_dlq = (
-        topic_factory(partitions=3),
-        topic_factory(partitions=3),
-        topic_factory(partitions=1),
-    )
-    s_inputs = eos.events(4000)
-    feed(bs, s_src, s_inputs[:2000], 3)
-    add_poison(bs, s_src, 3, 60)
-    feed(bs, s_src, s_inputs[2000:], 3)
-    # keyed running aggregate: dead letters commit with the epoch's input offsets, in phase two's transaction
-    k_src, k_dst, k_dlq = (
-        topic_factory(partitions=2),
-        topic_factory(partitions=2),
-        topic_factory(partitions=1),
-    )
-    k_inputs = eos.events(3000)
-    feed(bs, k_src, k_inputs[:1500], 2)
-    add_poison(bs, k_src, 2, 40)
-    feed(bs, k_src, k_inputs[1500:], 2)
-    # windowed count: one far-future event per partition moves the watermark past every real window
-    w_src, w_dst = topic_factory(partitions=2), topic_factory(partitions=2)
-    w_inputs = eos.events(3000)
-    flush_ts = max(json.loads(v)["ts"] for _, v in w_inputs) + 10 * eos.WINDOW_MS
-    feed(bs, w_src, w_inputs, 2)
-    for p in range(2):
-        flush = {"id": -1 - p, "key": f"flush{p}", "seq": 1, "amount": 0, "ts": flush_ts}
-        produce(bs, w_src, [(f"flush{p}".encode(), json.dumps(flush).encode())], partition=p)
-    job = write_queries_job(
-        tmp_path,
-        bs,
-        "ethereal_kafka.examples.eos:three_queries",
-        {
-            "stateless": QueryFiles(s_src, s_dst, 100, dead_letter_lines(s_dlq)),
-            "running_total": QueryFiles(k_src, k_dst, 80, dead_letter_lines(k_dlq)),
-            "windowed_count": QueryFiles(w_src, w_dst, 80),
-        },
-    )
-    run = run_with_kills(
-        job, SHARED_KILLS, seed=11, env=FAULT, final_env=FINAL_RUN, log=tmp_path / "crash.log"
-    )
-    print("\n".join(run.landed))
-    assert run.kills >= SHARED_KILLS
-
-    got = output(bs, s_dst)
-    stateless = compare(eos.stateless_reference(s_inputs), pairs(got))
-    print(f"stateless: {stateless.line(run.kills)}; {check_dead_letters(bs, s_src, s_dlq)}")
-    assert (stateless.duplicates, stateless.lost, stateless.unexpected) == (0, 0, 0)
-    assert per_key_order_kept(got)
-
-    updates = [json.loads(r.value or b"") for r in output(bs, k_dst)]
-    reference = eos.running_total_reference(k_inputs)
-    seen = Counter((u["key"], u["count"]) for u in updates)
-    duplicates = sum(n - 1 for n in seen.values() if n > 1)
-    wrong = [u for u in updates if reference[u["key"]][u["count"] - 1] != u["total"]]
-    finals = {k: max(c for (key, c) in seen if key == k) for k in {k for k, _ in seen}}
-    lost = sum(1 for k, totals in reference.items() if finals.get(k) != len(totals))
-    print(
-        f"running_total: records={len(updates)} duplicates={duplicates} lost={lost} kills={run.kills}; "
-        f"{check_dead_letters(bs, k_src, k_dlq)}"
-    )
-    assert (duplicates, lost, wrong) == (0, 0, [])
-
-    windows = [json.loads(r.value or b"") for r in output(bs, w_dst)]
-    expected = eos.windowed_count_reference(w_inputs, flush_ts - eos.LATENESS_MS)
-    windowed = compare(
-        [(k, s, c) for (k, s), c in expected.items()],
-        [(g["key"], g["window_start"], g["count"]) for g in windows],
-    )
-    print(f"windowed_count: {windowed.line(run.kills)}")
-    assert (windowed.duplicates, windowed.lost, windowed.unexpected) == (0, 0, 0)
 
 
 def test_epoch_outliving_the_transaction_timeout_is_aborted_and_redone(

@@ -13,7 +13,7 @@ from ethereal_kafka.api import (
 )
 from ethereal_kafka.api import WatermarkStrategy as W
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.plan.sink_groups import group_sinks
+from ethereal_kafka.plan.sink_groups import graph_readers, group_sinks
 
 SOURCES = {
     "s": KafkaSourceConfig.from_properties({"bootstrap.servers": "127.0.0.1:1", "topics": "t", "name": "s"}),
@@ -55,6 +55,31 @@ def test_sinks_sharing_only_stateless_work_get_their_own_queries_and_groups() ->
     assert [p.name for p in plans] == ["a", "b"]
     assert [p.fork for p in plans] == [None, None]
     assert [p.sources["s"].group for p in plans] == ["ethereal-kafka.a", "ethereal-kafka.b"]
+
+
+def test_a_source_a_dataframe_query_reads_too_gets_a_group_per_query() -> None:
+    """The graph's one query reads `s` alone, until a DataFrame query of the job reads it too (`also_read`)."""
+    env = StreamExecutionEnvironment()
+    env.from_source("s").map(lambda e: e).sink_to("a")
+    graph = env.graph()
+    assert graph_readers(graph) == {"s": 1}
+    assert [p.sources["s"].group for p in group_sinks(graph, SOURCES)] == ["ethereal-kafka"]
+    shared = group_sinks(graph, SOURCES, also_read={"s": 1})
+    assert [p.sources["s"].group for p in shared] == ["ethereal-kafka.a"]
+
+
+def test_a_dataframe_pipeline_is_a_function_and_may_stand_alone() -> None:
+    env = StreamExecutionEnvironment()
+    with pytest.raises(GraphError, match="add_dataframe_pipeline"):
+        env.add_dataframe_pipeline("module:function")  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match="writes no stream to a sink"):
+        env.graph()
+
+    def frames(sources):  # type: ignore[no-untyped-def]
+        return {}
+
+    env.add_dataframe_pipeline(frames)
+    assert env.graph().sinks == () and env.dataframe_pipelines == (frames,)
 
 
 def test_a_stateful_operator_below_the_split_is_refused() -> None:
