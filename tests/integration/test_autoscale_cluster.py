@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,10 +36,11 @@ POLICY = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _logged_port(log: Path, what: str) -> int:
+    """The port the job logged for its `what` endpoint (`metrics at http://127.0.0.1:N/metrics`, `ui at ...`)."""
+    found = re.search(rf"INFO ethereal-kafka: {what} at http://127\.0\.0\.1:(\d+)/", log.read_text())
+    assert found, f"the job logged no {what} address"
+    return int(found.group(1))
 
 
 def _get(url: str) -> str | None:
@@ -83,7 +83,6 @@ def test_lag_spike_scales_out_within_bounds_and_back_in_after_the_cooldown(
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
-    metrics_port, ui_port = _free_port(), _free_port()
     down_cooldown_ms = 15000
     files = write_job(
         tmp_path,
@@ -94,7 +93,7 @@ def test_lag_spike_scales_out_within_bounds_and_back_in_after_the_cooldown(
         max_records=0,
         extra_job=f"spark.master={spark_cluster.master_url}\n{POLICY}autoscale.scale.up.lag=3000\n"
         f"autoscale.scale.down.lag=100\nautoscale.scale.down.cooldown.ms={down_cooldown_ms}\n"
-        f"epoch.max.records=1500\nmetrics.port={metrics_port}\nui.port={ui_port}\n",
+        "epoch.max.records=1500\n",
     )
     log = tmp_path / "job.log"
     job = subprocess.Popen(
@@ -114,6 +113,9 @@ def test_lag_spike_scales_out_within_bounds_and_back_in_after_the_cooldown(
     )
     try:
         started = _wait("the job to run", lambda: "running: queries" in log.read_text(), 240, job)
+        # Both ports are left at 0 (a free port, logged at start): a port picked by the test could be taken by
+        # another process's connection before the job binds it (it was once: "Address already in use").
+        metrics_port, ui_port = _logged_port(log, "metrics"), _logged_port(log, "ui")
         placed = _decisions(ui_port)
         assert [d["executors_after"] for d in placed] in ([], [1]), placed
         registered = lambda: _gauge(metrics_port, "ethereal_kafka_executors", state="registered")  # noqa: E731
