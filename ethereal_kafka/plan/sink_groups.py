@@ -82,27 +82,6 @@ def group_sinks(
     """
     by_id = {n.id: n for n in graph.nodes}
     reach = {s.id: ancestors(s) for s in graph.sinks}
-    ordered = _grouped(graph, reach)
-    reads: dict[str, int] = dict(also_read or {})
-    for members in ordered:
-        for name in _sources_read(members, by_id):
-            reads[name] = reads.get(name, 0) + 1
-    plans = []
-    for members in ordered:
-        name = "+".join(sorted(s.sink for s in members))
-        own = {}
-        for source in _sources_read(members, by_id):
-            config = sources[source]
-            if reads[source] > 1:
-                config = dataclasses.replace(config, group_id=f"{config.group}.{name}")
-            own[source] = config
-        fork, branches = _split(members, reach, by_id) if len(members) > 1 else (None, ())
-        plans.append(SinkGroup(name, tuple(members), fork, branches, own))
-    return plans
-
-
-def _grouped(graph: g.JobGraph, reach: dict[int, set[int]]) -> list[list[g.SinkNode]]:
-    """The graph's sinks in query groups (sinks sharing a stateful operator together), ordered by first sink."""
     parent = {s.id: s.id for s in graph.sinks}
 
     def root(i: int) -> int:
@@ -119,18 +98,23 @@ def _grouped(graph: g.JobGraph, reach: dict[int, set[int]]) -> list[list[g.SinkN
     groups: dict[int, list[g.SinkNode]] = {}
     for sink in graph.sinks:
         groups.setdefault(root(sink.id), []).append(sink)
-    return sorted(groups.values(), key=lambda members: min(s.id for s in members))
-
-
-def graph_readers(graph: g.JobGraph) -> dict[str, int]:
-    """Per source, how many of the graph's queries (as `group_sinks` groups its sinks) read it."""
-    by_id = {n.id: n for n in graph.nodes}
-    reach = {s.id: ancestors(s) for s in graph.sinks}
-    counts: dict[str, int] = {}
-    for members in _grouped(graph, reach):
+    ordered = sorted(groups.values(), key=lambda members: min(s.id for s in members))
+    reads: dict[str, int] = dict(also_read or {})
+    for members in ordered:
         for name in _sources_read(members, by_id):
-            counts[name] = counts.get(name, 0) + 1
-    return counts
+            reads[name] = reads.get(name, 0) + 1
+    plans = []
+    for members in ordered:
+        name = "+".join(sorted(s.sink for s in members))
+        own = {}
+        for source in _sources_read(members, by_id):
+            config = sources[source]
+            if reads[source] > 1:
+                config = dataclasses.replace(config, group_id=f"{config.group}.{name}")
+            own[source] = config
+        fork, branches = _split(members, reach, by_id) if len(members) > 1 else (None, ())
+        plans.append(SinkGroup(name, tuple(members), fork, branches, own))
+    return plans
 
 
 def _sources_read(members: list[g.SinkNode], by_id: dict[int, g.Node]) -> list[str]:

@@ -112,13 +112,9 @@ def build_pipeline(
     if graph_builder is not None or is_graph_pipeline(function):
         return _graph_pipeline(spark, loaded, sources, function)
     outputs = _outputs(loaded, function(_frames(spark, sources)))
+    read = _reads(outputs, sources)
     pairs = _dataframe_queries(
-        spark,
-        loaded,
-        sources,
-        outputs,
-        lambda own: _outputs(loaded, function(own)),
-        _readers(outputs, sources),
+        spark, loaded, sources, outputs, lambda own: _outputs(loaded, function(own)), read, _readers(read)
     )
     builds = [query for query, _ in pairs]
     what = loaded.job.pipeline or "transform.sql"
@@ -142,7 +138,7 @@ def _graph_pipeline(
     from ethereal_kafka.api.environment import StreamExecutionEnvironment
     from ethereal_kafka.plan.compiler import ConnectorSet, compile_graph
     from ethereal_kafka.plan.describe import describe_dataframe, describe_graph, merged, with_query_shapes
-    from ethereal_kafka.plan.sink_groups import graph_readers, group_sinks
+    from ethereal_kafka.plan.sink_groups import group_sinks
 
     env = StreamExecutionEnvironment.for_job(loaded, sources=sources)
     function(env)
@@ -152,13 +148,10 @@ def _graph_pipeline(
     for fn in env.dataframe_pipelines:
         outputs = _added_outputs(loaded, fn, fn(_frames(spark, sources)), written)
         added.append((fn, outputs))
-    also_read: dict[str, int] = {}  # per source, the added DataFrame queries that read it
-    for _, outputs in added:
-        for source, n in _readers(outputs, sources).items():
-            also_read[source] = also_read.get(source, 0) + n
-    readers = graph_readers(graph)
-    for source, n in also_read.items():
-        readers[source] = readers.get(source, 0) + n
+    reads = [_reads(outputs, sources) for _, outputs in added]
+    also_read = _readers(*reads)  # per source, the added DataFrame queries that read it
+    in_graph = {plan.name: sorted(plan.sources) for plan in group_sinks(graph, dict(sources))}
+    readers = _readers(in_graph, *reads)  # per source, every query of the job that reads it
     compiled = compile_graph(
         spark,
         graph,
@@ -171,12 +164,12 @@ def _graph_pipeline(
     plan = describe_graph(
         graph, group_sinks(graph, dict(sources), also_read), sources, loaded.sinks, guarantee, loaded.tables
     )
-    for fn, outputs in added:
+    for (fn, outputs), read in zip(added, reads, strict=True):
 
         def rebuild(own: Mapping[str, DataFrame], fn: Any = fn) -> dict[str, DataFrame]:
             return _added_outputs(loaded, fn, fn(own), {})
 
-        pairs = _dataframe_queries(spark, loaded, sources, outputs, rebuild, readers)
+        pairs = _dataframe_queries(spark, loaded, sources, outputs, rebuild, read, readers)
         compiled.extend(pairs)
         plan = merged(
             plan,
@@ -197,12 +190,20 @@ def _frames(spark: SparkSession, sources: Mapping[str, KafkaSourceConfig]) -> di
     return {name: source_frame(spark, conf) for name, conf in sources.items()}
 
 
-def _readers(outputs: Mapping[str, DataFrame], sources: Mapping[str, KafkaSourceConfig]) -> dict[str, int]:
-    """Per source, how many of `outputs` (one query each) read it."""
+def _reads(
+    outputs: Mapping[str, DataFrame], sources: Mapping[str, KafkaSourceConfig]
+) -> dict[str, list[str]]:
+    """Per output (one query each), the job's sources its frame reads (one walk of its analyzed plan)."""
+    return {name: sorted(sources_read(frame) & set(sources)) for name, frame in outputs.items()}
+
+
+def _readers(*reads: Mapping[Any, list[str]]) -> dict[str, int]:
+    """Per source, how many queries read it, given each query's sources (`_reads`)."""
     counts: dict[str, int] = {}
-    for frame in outputs.values():
-        for source in sources_read(frame) & set(sources):
-            counts[source] = counts.get(source, 0) + 1
+    for read in reads:
+        for names in read.values():
+            for source in names:
+                counts[source] = counts.get(source, 0) + 1
     return counts
 
 
@@ -218,6 +219,7 @@ def _dataframe_queries(
     sources: Mapping[str, KafkaSourceConfig],
     outputs: Mapping[str, DataFrame],
     rebuild: Callable[[Mapping[str, DataFrame]], Mapping[str, DataFrame]],
+    reads: Mapping[str, list[str]],
     readers: Mapping[str, int],
 ) -> list[tuple[Query, DataFrame]]:
     """One query per output (sink name -> DataFrame) of a DataFrame pipeline, each with the sources it reads as it
@@ -232,7 +234,6 @@ def _dataframe_queries(
     Raises:
         ConfigError: the function returns something other than DataFrames, or its outputs do not match the sinks.
     """
-    reads = {name: sorted(sources_read(frame) & set(sources)) for name, frame in outputs.items()}
     builds: list[tuple[Query, DataFrame]] = []
     for name, frame in outputs.items():
         own = {
