@@ -296,15 +296,26 @@ def write_result(name: str, result: dict[str, object]) -> Path:
 
 
 #: The kinds of process in an ethereal-kafka run's tree, as `process_role` names them.
-ROLES = ("driver", "jvm", "worker daemon", "python workers", "source runner", "planners", "other")
+ROLES = (
+    "driver",
+    "jvm",
+    "worker daemon",
+    "python workers",
+    "fork server",
+    "source runner",
+    "planners",
+    "other",
+)
 
 
 def process_role(process: Any, root: int) -> str:
     """What a process of an ethereal-kafka run's tree is (one of `ROLES`), from its pid, parent and command line:
     the root is the driver (`ethereal-kafka run`); Spark's JVM; the Python worker daemon the JVM starts (its
     command line names `pyspark.worker`) and the workers it forks (same command line, the daemon as parent);
-    the Python data source's streaming source runner; the planners (`pyspark.sql.worker.*`: data source creation
-    and read planning, each with a daemon of its own); anything else."""
+    the fork server of a local session (`runtime.source_zygote`) and what it forks, told apart by process name
+    (their command line is the server's): the Python data source's streaming source runner and the planners
+    (`pyspark.sql.worker.*`: data source creation and read planning, each with a daemon of its own), which keep
+    their own command lines when Spark starts them itself; anything else."""
     import psutil
 
     if process.pid == root:
@@ -318,6 +329,12 @@ def process_role(process: Any, root: int) -> str:
         return "other"
     if name.startswith("java"):
         return "jvm"
+    if name == "source-zygote":
+        return "fork server"
+    if name == "source-runner":
+        return "source runner"
+    if name == "planner-daemon":
+        return "planners"
     if "python_streaming_source_runner" in cmdline:
         return "source runner"
     if "pyspark.sql.worker." in cmdline:

@@ -191,8 +191,27 @@ def local_session(
             f"could not start Spark ({chosen or submitted.get('spark.master')}): {exc}"
         ) from exc
     spark.sparkContext.setLogLevel("WARN")
+    if not submitted and (chosen or "").startswith("local"):
+        route_source_runners(spark)
     register_sources(spark)
     return spark
+
+
+def route_source_runners(spark: SparkSession) -> bool:
+    """Start the session's streaming source runners from a fork server (`runtime.source_zygote`); returns whether
+    they are. Call before any Python function or data source is registered: each carries the Python executable
+    of its registration. Only for local masters (an executor host would lack the launcher) and when the session
+    runs this interpreter (a `PYSPARK_PYTHON` of the user's own is kept). Never raises."""
+    from ethereal_kafka.runtime.source_zygote import running_launcher, session_launcher
+
+    context: Any = spark.sparkContext
+    if context.pythonExec != sys.executable:  # routed already (a reused session), or the user's own Python
+        return bool(context.pythonExec == running_launcher())
+    launcher = session_launcher()
+    if launcher is None:
+        return False
+    context.pythonExec = launcher
+    return True
 
 
 def register_sources(spark: SparkSession) -> None:

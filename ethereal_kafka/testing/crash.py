@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ethereal_kafka import faults
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.runtime.source_zygote import PROCESS_NAMES, SERVER_NAME
 from ethereal_kafka.testing.spark_cluster import session_pids
 
 
@@ -168,16 +169,26 @@ def session_cpu(session: int) -> dict[str, float]:
     """CPU-seconds (user + system, with reaped children's) of the live processes of `session`, by kind: `jvm`,
     `driver` (the `ethereal-kafka` process), the module a Python process runs with `-m` (PySpark's
     `python_streaming_source_runner`, `daemon`, the framework's `worker_daemon`: a daemon with the workers it
-    forked, which keep its command line), else `python`.
+    forked, which keep its command line), else `python`; what a local session's fork server forked is named by
+    its process name instead (`source-runner`, `planner-daemon`; the server itself `source-zygote`).
     Processes that already exited and were not reaped by a live one are not counted, so it is a lower bound."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for pid in session_pids([session]):
         with contextlib.suppress(OSError, ValueError, IndexError):
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            kind = _kind(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            kind = (
+                name
+                if name in _FORKED_NAMES
+                else _kind(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))
+            )
             out[kind] = out.get(kind, 0.0) + sum(int(f) for f in fields[11:15]) / tick
     return out
+
+
+#: The process names of a local session's fork server and its children (`runtime.source_zygote`).
+_FORKED_NAMES = frozenset({SERVER_NAME, *PROCESS_NAMES.values()})
 
 
 def _kind(cmdline: list[bytes]) -> str:

@@ -1,0 +1,214 @@
+"""The source runners' fork server (`runtime.source_zygote`) and its launcher, on a module of the test's own:
+what `python -m MODULE` would see (arguments, directory, environment, streams, exit status, signals) and the
+way back to a plain start when the server is gone. A real session's runners: `test_a_local_session_runs_its_python_
+sources_from_the_fork_server` (the `spark` fixture)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from ethereal_kafka.runtime import source_zygote
+
+PROBE = """\
+import os, sys, time
+print("child", os.getpid(), os.getppid(), sys.argv[1:], os.environ.get("PROBE_VALUE"), os.getcwd(), flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+if os.environ.get("PROBE_WAIT"):
+    time.sleep(60)
+sys.exit(int(os.environ.get("PROBE_CODE", "0")))
+"""
+
+
+@pytest.fixture
+def zygote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[source_zygote.SourceZygote]:
+    (tmp_path / "zygote_probe.py").write_text(PROBE)
+    # The server finds the probe as a child finds any module: on the PYTHONPATH the launcher was given.
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    server = source_zygote.start(modules=("zygote_probe",), preloaded=("json",))
+    try:
+        yield server
+    finally:
+        server.close()
+    assert not server.folder.exists(), "close deletes the launcher and the socket"
+
+
+def _child_fields(line: bytes) -> tuple[int, int]:
+    fields = line.split()
+    return int(fields[1]), int(fields[2])
+
+
+def test_a_routed_module_runs_as_python_dash_m_would_run_it(
+    zygote: source_zygote.SourceZygote, tmp_path: Path
+) -> None:
+    env = {**os.environ, "PROBE_VALUE": "v1", "PROBE_CODE": "3"}
+    done = subprocess.run(
+        [str(zygote.launcher), "-m", "zygote_probe", "a", "b c"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 3
+    assert done.stderr == b"to stderr\n"
+    _, parent = _child_fields(done.stdout)
+    assert parent == zygote.process.pid, "forked by the server"
+    assert Path(f"/proc/{zygote.process.pid}/comm").read_text().strip() == source_zygote.SERVER_NAME
+    assert done.stdout.split(maxsplit=3)[3] == f"['a', 'b c'] v1 {tmp_path}\n".encode()
+
+
+def test_other_commands_run_with_the_interpreter_unchanged(zygote: source_zygote.SourceZygote) -> None:
+    done = subprocess.run(
+        [str(zygote.launcher), "-c", "import os, sys; print(sys.executable, os.getppid())"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    executable, parent = done.stdout.split()
+    assert executable == sys.executable and int(parent) == os.getpid()
+
+
+def _start_waiting(zygote: source_zygote.SourceZygote) -> tuple[subprocess.Popen[bytes], int]:
+    launcher = subprocess.Popen(
+        [str(zygote.launcher), "-m", "zygote_probe"],
+        env={**os.environ, "PROBE_WAIT": "1"},
+        stdout=subprocess.PIPE,
+    )
+    assert launcher.stdout is not None
+    child, _ = _child_fields(launcher.stdout.readline())
+    return launcher, child
+
+
+def _gone(pid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sigterm_to_the_launcher_ends_the_child_with_the_status_a_shell_reports(
+    zygote: source_zygote.SourceZygote,
+) -> None:
+    """Spark stops a runner with `Process.destroy()`: SIGTERM to the process it started."""
+    launcher, child = _start_waiting(zygote)
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=10) == 128 + signal.SIGTERM
+    assert _gone(child)
+
+
+def test_a_killed_launcher_takes_its_child_with_it(zygote: source_zygote.SourceZygote) -> None:
+    launcher, child = _start_waiting(zygote)
+    launcher.kill()
+    launcher.wait(timeout=10)
+    assert _gone(child), "the child outlived the process Spark knows"
+
+
+def test_the_driver_gone_ends_the_server_and_its_children(zygote: source_zygote.SourceZygote) -> None:
+    launcher, child = _start_waiting(zygote)
+    assert zygote.process.stdin is not None
+    zygote.process.stdin.close()  # what the driver's exit does
+    assert zygote.process.wait(timeout=10) == 0
+    assert _gone(child)
+    assert launcher.wait(timeout=10) == 128 + signal.SIGTERM, "the child's status reached its launcher"
+
+
+def test_without_the_server_the_launcher_starts_the_module_itself(
+    zygote: source_zygote.SourceZygote, tmp_path: Path
+) -> None:
+    zygote.process.kill()
+    zygote.process.wait()
+    done = subprocess.run(
+        [str(zygote.launcher), "-m", "zygote_probe", "x"],
+        env={**os.environ, "PROBE_VALUE": "v2", "PROBE_CODE": "4"},
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 4
+    _child_fields(done.stdout)
+    assert done.stdout.split(maxsplit=3)[3] == f"['x'] v2 {tmp_path}\n".encode()
+
+
+def test_every_module_a_runner_imports_is_preloadable() -> None:
+    assert source_zygote.preload() == []
+
+
+def test_the_switch_turns_the_server_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(source_zygote.ENV_SWITCH, "0")
+    assert source_zygote.session_launcher() is None
+
+
+class _WhereSource(DataSource):
+    """A streaming source whose reader writes down the source runner's parent and process name."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "zygote_where"
+
+    def schema(self) -> str:
+        return "v int"
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _WhereReader(self.options["path"])
+
+
+class _WhereReader(DataSourceStreamReader):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"o": 0}
+
+    def latestOffset(self) -> dict[str, int]:
+        # Called in the source runner only (the planners build a reader too, to plan the reads).
+        name = Path("/proc/self/comm").read_text().strip()
+        Path(self.path).write_text(f"{os.getppid()} {name}")
+        return {"o": 1}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
+        yield (1,)
+
+
+def test_a_local_session_runs_its_python_sources_from_the_fork_server(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    launcher = source_zygote.running_launcher()
+    assert launcher is not None and spark.sparkContext.pythonExec == launcher
+    assert source_zygote._running is not None
+    spark.dataSource.register(_WhereSource)
+    where = tmp_path / "where"
+    query = (
+        spark.readStream.format("zygote_where")
+        .option("path", str(where))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    parent, name = where.read_text().split()
+    assert int(parent) == source_zygote._running.process.pid, "the source runner was not forked by the server"
+    assert name == "source-runner", "named for what it runs"
