@@ -329,12 +329,12 @@ def process_role(process: Any, root: int) -> str:
         return "other"
     if name.startswith("java"):
         return "jvm"
-    if name == "source-zygote":
-        return "fork server"
-    if name == "source-runner":
-        return "source runner"
-    if name == "planner-daemon":
-        return "planners"
+    if "ethereal_kafka.runtime.source_zygote" in cmdline:  # the server and its children, by process name
+        return {
+            "source-zygote": "fork server",
+            "source-runner": "source runner",
+            "planner-daemon": "planners",
+        }.get(name, "other")
     if "python_streaming_source_runner" in cmdline:
         return "source runner"
     if "pyspark.sql.worker." in cmdline:

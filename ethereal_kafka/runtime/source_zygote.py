@@ -31,6 +31,7 @@ import importlib
 import json
 import logging
 import os
+import pkgutil
 import runpy
 import selectors
 import shlex
@@ -55,22 +56,34 @@ RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
 #: The daemon Spark runs per data source planner module (`pyspark.daemon pyspark.sql.worker.create_data_source`,
 #: `... plan_data_source_read`); it forks a planner per call, which imports its module after the fork.
 PLANNER_DAEMON = "pyspark.daemon"
+#: The module Spark runs on the driver for each transformWithState operator of a query, at its start.
+STATEFUL_DRIVER_MODULE = "pyspark.sql.streaming.transform_with_state_driver_worker"
 #: The modules whose `python -m` runs are forked from the server.
-ROUTED: tuple[str, ...] = (RUNNER_MODULE, PLANNER_DAEMON)
+ROUTED: tuple[str, ...] = (RUNNER_MODULE, PLANNER_DAEMON, STATEFUL_DRIVER_MODULE)
 #: A forked child keeps the server's command line; its process name (`/proc/PID/comm`, what `ps -o comm` and
 #: `psutil.Process.name()` show) says what it runs. A planner daemon's forked planners keep its name.
-PROCESS_NAMES: dict[str, str] = {RUNNER_MODULE: "source-runner", PLANNER_DAEMON: "planner-daemon"}
+PROCESS_NAMES: dict[str, str] = {
+    RUNNER_MODULE: "source-runner",
+    PLANNER_DAEMON: "planner-daemon",
+    STATEFUL_DRIVER_MODULE: "stateful-driver",
+}
 #: The server's own process name.
 SERVER_NAME = "source-zygote"
 #: Set to `0` to start source runners as Spark does (to compare, or to rule the server out).
 ENV_SWITCH = "ETHEREAL_KAFKA_SOURCE_ZYGOTE"
-#: What a source runner of a job imports, loaded by the server once before it forks (a module that cannot be
+#: What the processes the server forks import, loaded by the server once before it forks (a module that cannot be
 #: imported is skipped; the child imports it, or fails on it, as without the server).
 PRELOAD: tuple[str, ...] = (
     RUNNER_MODULE,
     PLANNER_DAEMON,
     "pyspark.sql.worker.create_data_source",
     "pyspark.sql.worker.plan_data_source_read",
+    STATEFUL_DRIVER_MODULE,
+    # What the stateful driver imports when it unpickles the framework's processors and talks to the JVM.
+    "pyspark.sql.streaming.stateful_processor_api_client",
+    "pyspark.sql.streaming.proto.StateMessage_pb2",
+    "ethereal_kafka.api",
+    "ethereal_kafka.plan.operators.*",
     "ethereal_kafka.eos.source",
     "ethereal_kafka.connectors.event_time",
     # The runner's connection back to the JVM resolves a host name (measured: the only modules a child imported).
@@ -181,11 +194,16 @@ def session_launcher() -> str | None:
 
 
 def preload(names: tuple[str, ...] = PRELOAD) -> list[str]:
-    """Import `names`; returns those that could not be imported."""
+    """Import `names` (`package.*`: the package and each of its modules); returns those that could not be imported."""
     missing = []
     for name in names:
         try:
-            importlib.import_module(name)
+            if name.endswith(".*"):
+                package = importlib.import_module(name[:-2])
+                for module in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+                    importlib.import_module(module.name)
+            else:
+                importlib.import_module(name)
         except Exception:
             missing.append(name)
     return missing
