@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import gc
 import importlib
+import io
 import json
 import logging
 import os
@@ -130,7 +131,7 @@ class SourceZygote:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
         try:
-            self.process.wait(timeout=5)
+            self.process.wait(timeout=10)  # the server gives its children 3 s after SIGTERM
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
@@ -268,6 +269,12 @@ def _run_child(request: _Request, fds: list[int], inherited: list[int]) -> NoRet
         for fd in fds:
             if fd > 2:
                 os.close(fd)
+        if request.env.get(
+            "PYTHONUNBUFFERED"
+        ):  # Spark asks for it (`-u`): each write reaches its pipe at once
+            sys.stdout = io.TextIOWrapper(
+                io.FileIO(1, "w", closefd=False), encoding=sys.stdout.encoding, write_through=True
+            )
         os.chdir(request.cwd)
         os.environ.clear()
         os.environ.update(request.env)
@@ -315,7 +322,14 @@ def serve(listener: socket.socket, parent: IO[bytes]) -> None:
                     conn.close()
                     continue
                 request, fds = received
-                inherited = [listener.fileno(), wake_r, wake_w, parent.fileno(), conn.fileno()]
+                inherited = [
+                    listener.fileno(),
+                    wake_r,
+                    wake_w,
+                    parent.fileno(),
+                    conn.fileno(),
+                    _fileno(selector),
+                ]
                 inherited += [c.fileno() for c in children.values()]
                 pid = os.fork()
                 if pid == 0:
@@ -352,8 +366,14 @@ def _name_process(name: str) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)
 
 
+def _fileno(selector: selectors.BaseSelector) -> int:
+    """The selector's own descriptor (epoll's), -1 for one without."""
+    fileno = getattr(selector, "fileno", None)
+    return int(fileno()) if fileno is not None else -1
+
+
 def _end_all(
-    children: dict[int, socket.socket], selector: selectors.BaseSelector, grace_s: float = 5.0
+    children: dict[int, socket.socket], selector: selectors.BaseSelector, grace_s: float = 3.0
 ) -> None:
     """SIGTERM every child, report those that end within `grace_s`, SIGKILL the rest."""
     for pid in list(children):

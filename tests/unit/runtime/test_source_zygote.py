@@ -22,7 +22,7 @@ from ethereal_kafka.runtime import source_zygote
 
 PROBE = """\
 import os, sys, time
-print("child", os.getpid(), os.getppid(), sys.argv[1:], os.environ.get("PROBE_VALUE"), os.getcwd(), flush=True)
+print("child", os.getpid(), os.getppid(), sys.argv[1:], os.environ.get("PROBE_VALUE"), os.getcwd())
 print("to stderr", file=sys.stderr, flush=True)
 if os.environ.get("PROBE_WAIT"):
     time.sleep(60)
@@ -82,7 +82,8 @@ def test_other_commands_run_with_the_interpreter_unchanged(zygote: source_zygote
 def _start_waiting(zygote: source_zygote.SourceZygote) -> tuple[subprocess.Popen[bytes], int]:
     launcher = subprocess.Popen(
         [str(zygote.launcher), "-m", "zygote_probe"],
-        env={**os.environ, "PROBE_WAIT": "1"},
+        # Spark's `-u`: the line must reach the pipe while the child still runs.
+        env={**os.environ, "PROBE_WAIT": "1", "PYTHONUNBUFFERED": "YES"},
         stdout=subprocess.PIPE,
     )
     assert launcher.stdout is not None
