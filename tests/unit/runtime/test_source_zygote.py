@@ -35,6 +35,8 @@ def zygote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[source_z
     (tmp_path / "zygote_probe.py").write_text(PROBE)
     # The server finds the probe as a child finds any module: on the PYTHONPATH the launcher was given.
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    # A server with buffered output of its own: a child's is unbuffered only when its launcher is asked to.
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
     server = source_zygote.start(modules=("zygote_probe",), preloaded=("json",))
     try:
         yield server
