@@ -148,9 +148,13 @@ def start(
     waits for the imports it would have done itself).
 
     Raises:
-        OSError: the folder or the process could not be created.
+        OSError: the folder or the process could not be created, or the temporary folder's file system does not
+            allow running the launcher (mounted `noexec`).
     """
     folder = Path(tempfile.mkdtemp(prefix="ek-zygote-"))
+    if os.statvfs(folder).f_flag & os.ST_NOEXEC:  # Spark could not run the launcher from there
+        shutil.rmtree(folder, ignore_errors=True)
+        raise OSError(f"{folder.parent} is mounted noexec")
     zygote_client = Path(__file__).with_name("zygote_client.py")
     socket_path = folder / "zygote.sock"
     process = subprocess.Popen(

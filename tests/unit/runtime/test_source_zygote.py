@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -215,3 +216,18 @@ def test_a_local_session_runs_its_python_sources_from_the_fork_server(
     parent, name = where.read_text().split()
     assert int(parent) == source_zygote._running.process.pid, "the source runner was not forked by the server"
     assert name == "source-runner", "named for what it runs"
+
+
+def test_a_temporary_folder_that_cannot_run_the_launcher_leaves_spark_its_own_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a `/tmp` mounted noexec, Spark could start no Python process through the launcher: no server then."""
+    real = os.statvfs
+
+    class NoExec:
+        def __init__(self, path: Any) -> None:
+            self.f_flag = real(path).f_flag | os.ST_NOEXEC
+
+    monkeypatch.setattr(source_zygote.os, "statvfs", NoExec)
+    monkeypatch.setattr(source_zygote, "_running", None)
+    assert source_zygote.session_launcher() is None
