@@ -13,18 +13,31 @@ CHROMIUM := /usr/bin/chromium
 # The suite runs on two pytest-xdist workers, each with its own broker and SparkSession (docs/dev/testing.md).
 PYTEST_WORKERS ?= -n 2 --dist loadgroup
 
+# The packages, without their bytecode: pip compiles a fresh virtualenv's packages on one core (~15 s); `bytecode`
+# does it on every core, beside the class archive and the checks (`make test` runs them together).
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ needed"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[test]'
 	$(BIN)/ethereal-kafka broker fetch
-	$(BIN)/ethereal-kafka spark-archive
 	touch $(STAMP)
 
-install: $(STAMP)
+# The class-data-sharing archive the embedded driver JVM maps (`ethereal-kafka spark-archive`, ~30 s): one per
+# virtualenv, as it records the paths and times of the jars.
+ARCHIVE := $(VENV)/.spark-archive
+$(ARCHIVE): $(STAMP)
+	$(BIN)/ethereal-kafka spark-archive
+	touch $(ARCHIVE)
 
-demo: $(STAMP)
+BYTECODE := $(VENV)/.bytecode
+$(BYTECODE): $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null
+	touch $(BYTECODE)
+
+install: $(ARCHIVE) $(BYTECODE)
+
+demo: install
 	$(BIN)/ethereal-kafka demo
 
 lint: $(STAMP)
@@ -42,7 +55,8 @@ browser:
 	}
 	@test -x $(CHROMIUM) || { echo "FAIL: $(CHROMIUM) is missing"; exit 1; }
 
-test: lint typecheck browser
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j 4 --output-sync=target lint typecheck browser $(ARCHIVE) $(BYTECODE)
 	@run=$$(mktemp -d /tmp/ethereal-kafka-test-XXXXXX); \
 	$(BIN)/pytest tests $(PYTEST_WORKERS) --basetemp=$$run/pytest; status=$$?; \
 	if pgrep -f "[e]thereal.kafka.broker.dir=$$run" >/dev/null; then \
@@ -53,7 +67,7 @@ test: lint typecheck browser
 # Issue 12's side-by-side bench (docs/performance.md): 1M bids through ethereal-kafka and its peers, ~15 min on
 # 2 cores; `make bench BENCH_ARGS="--records 50000"` for a short run. Quix Streams gets a virtualenv of its own.
 BENCH_ARGS ?=
-bench: $(STAMP)
+bench: install
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	nice -n 19 $(BIN)/python bench/peers.py $(BENCH_ARGS)
 
@@ -62,14 +76,14 @@ bench: $(STAMP)
 # against a plain-Python answer; over an hour on 2 cores. A smoke run:
 # `make bench-nexmark NEXMARK_ARGS="--events 30000 --queries q5 --systems ek,spark,flink-eos"`.
 NEXMARK_ARGS ?=
-bench-nexmark: $(STAMP)
+bench-nexmark: install
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	nice -n 19 $(BIN)/python bench/nexmark.py $(NEXMARK_ARGS)
 
-unit: $(STAMP)
+unit: install
 	$(BIN)/pytest tests/unit
 
-integration: $(STAMP) browser
+integration: install browser
 	$(BIN)/pytest tests/integration
 
 clean:
