@@ -330,6 +330,8 @@ def process_role(process: Any, root: int) -> str:
     if name.startswith("java"):
         return "jvm"
     if "ethereal_kafka.runtime.source_zygote" in cmdline:  # the server and its children, by process name
+        if name == "worker-daemon":  # the daemon's workers keep its name
+            return "python workers" if parent_name == "worker-daemon" else "worker daemon"
         return {
             "source-zygote": "fork server",
             "source-runner": "source runner",

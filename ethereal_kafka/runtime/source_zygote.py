@@ -1,24 +1,27 @@
-"""A fork server for the streaming source runners of an embedded session: each runner starts with PySpark and the
-framework's sources already imported.
+"""A fork server for the Python processes Spark starts on the driver of an embedded session: each starts with
+PySpark and the framework already imported.
 
 Spark runs the driver side of a Python streaming source (offsets, partitions, commits) in a Python process of its
 own per source and query, `python -m pyspark.sql.streaming.python_streaming_source_runner`, started as a "simple
 worker": never forked from the worker daemon, so each one imported PySpark, pyarrow and the framework's source
 again: 0.37 CPU-s and ~74 MB for PySpark's part alone (measured on the 2-core test machine), eleven times per start
-of a seven-query job, one after the other (a query starts once its source has initialized).
+of a seven-query job, one after the other (a query starts once its source has initialized). The same for the data
+source planners' daemons, transformWithState's driver workers (one per stateful operator) and the worker daemon:
+each a fresh Python importing much of the same.
 
 How: a local session's Python executable (`SparkContext.pythonExec`, which every Python function and data source
-registered afterwards carries) is a launcher script (`SourceZygote.launcher`). Every module but the source runner's
-is exec'd with this interpreter, unchanged. For the runner's, `runtime.zygote_client` hands the process's standard
-streams (the pipes Spark reads), working directory, arguments and environment to this server over a Unix socket;
-the server forks a child that already imported what a runner imports (`PRELOAD`), which runs the module as
-`__main__` with them, as `python -m` would. The client stands in for the child (signals passed on, its exit status
-returned); a client that goes away takes its child with it. Spark's protocol with the runner is untouched: the
-child connects back and reports its own pid, as the runner always does.
+registered afterwards carries) is a launcher script (`SourceZygote.launcher`). A module of `ROUTED` goes through
+`runtime.zygote_client`, which hands the process's standard streams (the pipes Spark reads), working directory,
+arguments and environment to this server over a Unix socket; the server forks a child that already imported what
+those processes import (`PRELOAD`), which runs the module as `__main__` with them, as `python -m` would. The client
+stands in for the child (signals passed on, its exit status returned); a client that goes away takes its child with
+it. Anything else is exec'd with this interpreter, unchanged. Spark's protocols with these processes are untouched:
+a runner connects back and reports its own pid, a daemon talks over the streams it was given, as always.
 
 The server is a child of the driver in its session (a kill of the run's session reaches it and every runner), and
 exits when the driver does (its stdin, a pipe from the driver, closes). Clusters keep Spark's way: an executor host
-would not have the launcher. `ETHEREAL_KAFKA_SOURCE_ZYGOTE=0` turns it off.
+would not have the launcher. `ETHEREAL_KAFKA_SOURCE_ZYGOTE=0` turns it off. The worker daemon's fork-time choices
+(pandas hidden from a `transform.sql` job's workers, the heap frozen) stay the daemon's own.
 """
 
 from __future__ import annotations
@@ -59,14 +62,17 @@ RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
 PLANNER_DAEMON = "pyspark.daemon"
 #: The module Spark runs on the driver for each transformWithState operator of a query, at its start.
 STATEFUL_DRIVER_MODULE = "pyspark.sql.streaming.transform_with_state_driver_worker"
+#: The framework's Python worker daemon (`spark.python.daemon.module`), one per session: it forks the workers.
+WORKER_DAEMON = "ethereal_kafka.runtime.worker_daemon"
 #: The modules whose `python -m` runs are forked from the server.
-ROUTED: tuple[str, ...] = (RUNNER_MODULE, PLANNER_DAEMON, STATEFUL_DRIVER_MODULE)
+ROUTED: tuple[str, ...] = (RUNNER_MODULE, PLANNER_DAEMON, STATEFUL_DRIVER_MODULE, WORKER_DAEMON)
 #: A forked child keeps the server's command line; its process name (`/proc/PID/comm`, what `ps -o comm` and
 #: `psutil.Process.name()` show) says what it runs. A planner daemon's forked planners keep its name.
 PROCESS_NAMES: dict[str, str] = {
     RUNNER_MODULE: "source-runner",
     PLANNER_DAEMON: "planner-daemon",
     STATEFUL_DRIVER_MODULE: "stateful-driver",
+    WORKER_DAEMON: "worker-daemon",
 }
 #: The server's own process name.
 SERVER_NAME = "source-zygote"
@@ -75,6 +81,7 @@ ENV_SWITCH = "ETHEREAL_KAFKA_SOURCE_ZYGOTE"
 #: What the processes the server forks import, loaded by the server once before it forks (a module that cannot be
 #: imported is skipped; the child imports it, or fails on it, as without the server).
 PRELOAD: tuple[str, ...] = (
+    WORKER_DAEMON,
     RUNNER_MODULE,
     PLANNER_DAEMON,
     "pyspark.sql.worker.create_data_source",
@@ -198,12 +205,27 @@ def session_launcher() -> str | None:
 # ---- the server process ----
 
 
+def _worker_modules() -> tuple[str, ...]:
+    """What the worker daemon preloads for its workers, without pandas when they never use it (the daemon forked
+    from here then hides it from itself and its workers, as when Spark starts it; the server's other children keep
+    it importable)."""
+    from ethereal_kafka.runtime import worker_daemon
+
+    names = worker_daemon.PRELOAD["pyspark.worker"]
+    if os.environ.get(worker_daemon.PANDAS_ENV) == "0":
+        names = tuple(n for n in names if n not in worker_daemon.PANDAS_MODULES)
+    return names
+
+
 def preload(names: tuple[str, ...] = PRELOAD) -> list[str]:
-    """Import `names` (`package.*`: the package and each of its modules); returns those that could not be imported."""
+    """Import `names` (`package.*`: the package and each of its modules; `WORKER_DAEMON`: what the daemon's workers
+    share, `_worker_modules`); returns those that could not be imported."""
     missing = []
     for name in names:
         try:
-            if name.endswith(".*"):
+            if name == WORKER_DAEMON:
+                missing += preload(_worker_modules())
+            elif name.endswith(".*"):
                 package = importlib.import_module(name[:-2])
                 for module in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
                     importlib.import_module(module.name)

@@ -190,6 +190,8 @@ class _WhereReader(DataSourceStreamReader):
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
+        # In a Python worker: its parent is the worker daemon.
+        Path(f"{self.path}.worker").write_text(str(os.getppid()))
         yield (1,)
 
 
@@ -216,6 +218,23 @@ def test_a_local_session_runs_its_python_sources_from_the_fork_server(
     parent, name = where.read_text().split()
     assert int(parent) == source_zygote._running.process.pid, "the source runner was not forked by the server"
     assert name == "source-runner", "named for what it runs"
+    daemon = int(Path(f"{where}.worker").read_text())
+    daemon_parent = int(Path(f"/proc/{daemon}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert daemon_parent == source_zygote._running.process.pid, (
+        "the worker daemon was not forked by the server"
+    )
+
+
+def test_the_worker_daemons_modules_leave_pandas_out_for_workers_that_never_use_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ethereal_kafka.runtime import worker_daemon
+
+    monkeypatch.delenv(worker_daemon.PANDAS_ENV, raising=False)
+    assert "pandas" in source_zygote._worker_modules()
+    monkeypatch.setenv(worker_daemon.PANDAS_ENV, "0")
+    modules = source_zygote._worker_modules()
+    assert not worker_daemon.PANDAS_MODULES & set(modules) and "pyspark.worker" in modules
 
 
 def test_a_temporary_folder_that_cannot_run_the_launcher_leaves_spark_its_own_way(
