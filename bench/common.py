@@ -312,7 +312,7 @@ def process_role(process: Any, root: int) -> str:
     """What a process of an ethereal-kafka run's tree is (one of `ROLES`), from its pid, parent and command line:
     the root is the driver (`ethereal-kafka run`); Spark's JVM; the Python worker daemon the JVM starts (its
     command line names `pyspark.worker`) and the workers it forks (same command line, the daemon as parent);
-    the fork server of a local session (`runtime.source_zygote`) and what it forks, told apart by process name
+    the fork server of a local session (`runtime.fork_server`) and what it forks, told apart by process name
     (their command line is the server's): the Python data source's streaming source runner and the planners
     (`pyspark.sql.worker.*`: data source creation and read planning, each with a daemon of its own), which keep
     their own command lines when Spark starts them itself; anything else."""
@@ -329,11 +329,11 @@ def process_role(process: Any, root: int) -> str:
         return "other"
     if name.startswith("java"):
         return "jvm"
-    if "ethereal_kafka.runtime.source_zygote" in cmdline:  # the server and its children, by process name
+    if "ethereal_kafka.runtime.fork_server" in cmdline:  # the server and its children, by process name
         if name == "worker-daemon":  # the daemon's workers keep its name
             return "python workers" if parent_name == "worker-daemon" else "worker daemon"
         return {
-            "source-zygote": "fork server",
+            "fork-server": "fork server",
             "source-runner": "source runner",
             "planner-daemon": "planners",
         }.get(name, "other")

@@ -192,17 +192,17 @@ def local_session(
         ) from exc
     spark.sparkContext.setLogLevel("WARN")
     if not submitted and (chosen or "").startswith("local"):
-        route_source_runners(spark)
+        fork_python_processes(spark)
     register_sources(spark)
     return spark
 
 
-def route_source_runners(spark: SparkSession) -> bool:
-    """Start the session's streaming source runners from a fork server (`runtime.source_zygote`); returns whether
-    they are. Call before any Python function or data source is registered: each carries the Python executable
+def fork_python_processes(spark: SparkSession) -> bool:
+    """Have the session's Python processes (worker daemon, source runners, planners, stateful drivers) forked from a
+    fork server (`runtime.fork_server`); returns whether they are. Call before any Python function or data source is registered: each carries the Python executable
     of its registration. Only for local masters (an executor host would lack the launcher) and when the session
     runs this interpreter (a `PYSPARK_PYTHON` of the user's own is kept). Never raises."""
-    from ethereal_kafka.runtime.source_zygote import running_launcher, session_launcher
+    from ethereal_kafka.runtime.fork_server import running_launcher, session_launcher
 
     context: Any = spark.sparkContext
     if context.pythonExec != sys.executable:  # routed already (a reused session), or the user's own Python

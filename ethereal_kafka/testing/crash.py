@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ethereal_kafka import faults
 from ethereal_kafka.errors import EtherealKafkaError
-from ethereal_kafka.runtime.source_zygote import PROCESS_NAMES, SERVER_NAME
+from ethereal_kafka.runtime.fork_server import PROCESS_NAMES, SERVER_NAME
 from ethereal_kafka.testing.spark_cluster import session_pids
 
 
@@ -170,7 +170,7 @@ def session_cpu(session: int) -> dict[str, float]:
     `driver` (the `ethereal-kafka` process), the module a Python process runs with `-m` (PySpark's
     `python_streaming_source_runner`, `daemon`, the framework's `worker_daemon`: a daemon with the workers it
     forked, which keep its command line), else `python`; what a local session's fork server forked is named by
-    its process name instead (`source-runner`, `planner-daemon`; the server itself `source-zygote`).
+    its process name instead (`source-runner`, `planner-daemon`; the server itself `fork-server`).
     Processes that already exited and were not reaped by a live one are not counted, so it is a lower bound."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
@@ -187,7 +187,7 @@ def session_cpu(session: int) -> dict[str, float]:
     return out
 
 
-#: The process names of a local session's fork server and its children (`runtime.source_zygote`).
+#: The process names of a local session's fork server and its children (`runtime.fork_server`).
 _FORKED_NAMES = frozenset({SERVER_NAME, *PROCESS_NAMES.values()})
 
 

@@ -1,4 +1,4 @@
-"""The source runners' fork server (`runtime.source_zygote`) and its launcher, on a module of the test's own:
+"""The source runners' fork server (`runtime.fork_server`) and its launcher, on a module of the test's own:
 what `python -m MODULE` would see (arguments, directory, environment, streams, exit status, signals) and the
 way back to a plain start when the server is gone. A real session's runners: `test_a_local_session_runs_its_python_
 sources_from_the_fork_server` (the `spark` fixture)."""
@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from ethereal_kafka.runtime import source_zygote
+from ethereal_kafka.runtime import fork_server
 
 PROBE = """\
 import os, sys, time
@@ -32,13 +32,13 @@ sys.exit(int(os.environ.get("PROBE_CODE", "0")))
 
 
 @pytest.fixture
-def zygote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[source_zygote.SourceZygote]:
-    (tmp_path / "zygote_probe.py").write_text(PROBE)
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[fork_server.ForkServer]:
+    (tmp_path / "fork_probe.py").write_text(PROBE)
     # The server finds the probe as a child finds any module: on the PYTHONPATH the launcher was given.
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     # A server with buffered output of its own: a child's is unbuffered only when its launcher is asked to.
     monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
-    server = source_zygote.start(modules=("zygote_probe",), preloaded=("json",))
+    server = fork_server.start(modules=("fork_probe",), preloaded=("json",))
     try:
         yield server
     finally:
@@ -52,11 +52,11 @@ def _child_fields(line: bytes) -> tuple[int, int]:
 
 
 def test_a_routed_module_runs_as_python_dash_m_would_run_it(
-    zygote: source_zygote.SourceZygote, tmp_path: Path
+    server: fork_server.ForkServer, tmp_path: Path
 ) -> None:
     env = {**os.environ, "PROBE_VALUE": "v1", "PROBE_CODE": "3"}
     done = subprocess.run(
-        [str(zygote.launcher), "-m", "zygote_probe", "a", "b c"],
+        [str(server.launcher), "-m", "fork_probe", "a", "b c"],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -65,14 +65,14 @@ def test_a_routed_module_runs_as_python_dash_m_would_run_it(
     assert done.returncode == 3
     assert done.stderr == b"to stderr\n"
     _, parent = _child_fields(done.stdout)
-    assert parent == zygote.process.pid, "forked by the server"
-    assert Path(f"/proc/{zygote.process.pid}/comm").read_text().strip() == source_zygote.SERVER_NAME
+    assert parent == server.process.pid, "forked by the server"
+    assert Path(f"/proc/{server.process.pid}/comm").read_text().strip() == fork_server.SERVER_NAME
     assert done.stdout.split(maxsplit=3)[3] == f"['a', 'b c'] v1 {tmp_path}\n".encode()
 
 
-def test_other_commands_run_with_the_interpreter_unchanged(zygote: source_zygote.SourceZygote) -> None:
+def test_other_commands_run_with_the_interpreter_unchanged(server: fork_server.ForkServer) -> None:
     done = subprocess.run(
-        [str(zygote.launcher), "-c", "import os, sys; print(sys.executable, os.getppid())"],
+        [str(server.launcher), "-c", "import os, sys; print(sys.executable, os.getppid())"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -82,9 +82,9 @@ def test_other_commands_run_with_the_interpreter_unchanged(zygote: source_zygote
     assert executable == sys.executable and int(parent) == os.getpid()
 
 
-def _start_waiting(zygote: source_zygote.SourceZygote) -> tuple[subprocess.Popen[bytes], int]:
+def _start_waiting(server: fork_server.ForkServer) -> tuple[subprocess.Popen[bytes], int]:
     launcher = subprocess.Popen(
-        [str(zygote.launcher), "-m", "zygote_probe"],
+        [str(server.launcher), "-m", "fork_probe"],
         # Spark's `-u`: the line must reach the pipe while the child still runs.
         env={**os.environ, "PROBE_WAIT": "1", "PYTHONUNBUFFERED": "YES"},
         stdout=subprocess.PIPE,
@@ -108,38 +108,38 @@ def _gone(pid: int, timeout_s: float = 10.0) -> bool:
 
 
 def test_sigterm_to_the_launcher_ends_the_child_with_the_status_a_shell_reports(
-    zygote: source_zygote.SourceZygote,
+    server: fork_server.ForkServer,
 ) -> None:
     """Spark stops a runner with `Process.destroy()`: SIGTERM to the process it started."""
-    launcher, child = _start_waiting(zygote)
+    launcher, child = _start_waiting(server)
     launcher.send_signal(signal.SIGTERM)
     assert launcher.wait(timeout=10) == 128 + signal.SIGTERM
     assert _gone(child)
 
 
-def test_a_killed_launcher_takes_its_child_with_it(zygote: source_zygote.SourceZygote) -> None:
-    launcher, child = _start_waiting(zygote)
+def test_a_killed_launcher_takes_its_child_with_it(server: fork_server.ForkServer) -> None:
+    launcher, child = _start_waiting(server)
     launcher.kill()
     launcher.wait(timeout=10)
     assert _gone(child), "the child outlived the process Spark knows"
 
 
-def test_the_driver_gone_ends_the_server_and_its_children(zygote: source_zygote.SourceZygote) -> None:
-    launcher, child = _start_waiting(zygote)
-    assert zygote.process.stdin is not None
-    zygote.process.stdin.close()  # what the driver's exit does
-    assert zygote.process.wait(timeout=10) == 0
+def test_the_driver_gone_ends_the_server_and_its_children(server: fork_server.ForkServer) -> None:
+    launcher, child = _start_waiting(server)
+    assert server.process.stdin is not None
+    server.process.stdin.close()  # what the driver's exit does
+    assert server.process.wait(timeout=10) == 0
     assert _gone(child)
     assert launcher.wait(timeout=10) == 128 + signal.SIGTERM, "the child's status reached its launcher"
 
 
 def test_without_the_server_the_launcher_starts_the_module_itself(
-    zygote: source_zygote.SourceZygote, tmp_path: Path
+    server: fork_server.ForkServer, tmp_path: Path
 ) -> None:
-    zygote.process.kill()
-    zygote.process.wait()
+    server.process.kill()
+    server.process.wait()
     done = subprocess.run(
-        [str(zygote.launcher), "-m", "zygote_probe", "x"],
+        [str(server.launcher), "-m", "fork_probe", "x"],
         env={**os.environ, "PROBE_VALUE": "v2", "PROBE_CODE": "4"},
         cwd=tmp_path,
         capture_output=True,
@@ -151,12 +151,12 @@ def test_without_the_server_the_launcher_starts_the_module_itself(
 
 
 def test_every_module_a_runner_imports_is_preloadable() -> None:
-    assert source_zygote.preload() == []
+    assert fork_server.preload() == []
 
 
 def test_the_switch_turns_the_server_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source_zygote.ENV_SWITCH, "0")
-    assert source_zygote.session_launcher() is None
+    monkeypatch.setenv(fork_server.ENV_SWITCH, "0")
+    assert fork_server.session_launcher() is None
 
 
 class _WhereSource(DataSource):
@@ -164,7 +164,7 @@ class _WhereSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
-        return "zygote_where"
+        return "fork_where"
 
     def schema(self) -> str:
         return "v int"
@@ -198,13 +198,13 @@ class _WhereReader(DataSourceStreamReader):
 def test_a_local_session_runs_its_python_sources_from_the_fork_server(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    launcher = source_zygote.running_launcher()
+    launcher = fork_server.running_launcher()
     assert launcher is not None and spark.sparkContext.pythonExec == launcher
-    assert source_zygote._running is not None
+    assert fork_server._running is not None
     spark.dataSource.register(_WhereSource)
     where = tmp_path / "where"
     query = (
-        spark.readStream.format("zygote_where")
+        spark.readStream.format("fork_where")
         .option("path", str(where))
         .load()
         .writeStream.format("noop")
@@ -216,13 +216,11 @@ def test_a_local_session_runs_its_python_sources_from_the_fork_server(
     finally:
         query.stop()
     parent, name = where.read_text().split()
-    assert int(parent) == source_zygote._running.process.pid, "the source runner was not forked by the server"
+    assert int(parent) == fork_server._running.process.pid, "the source runner was not forked by the server"
     assert name == "source-runner", "named for what it runs"
     daemon = int(Path(f"{where}.worker").read_text())
     daemon_parent = int(Path(f"/proc/{daemon}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    assert daemon_parent == source_zygote._running.process.pid, (
-        "the worker daemon was not forked by the server"
-    )
+    assert daemon_parent == fork_server._running.process.pid, "the worker daemon was not forked by the server"
 
 
 def test_the_worker_daemons_modules_leave_pandas_out_for_workers_that_never_use_it(
@@ -231,9 +229,9 @@ def test_the_worker_daemons_modules_leave_pandas_out_for_workers_that_never_use_
     from ethereal_kafka.runtime import worker_daemon
 
     monkeypatch.delenv(worker_daemon.PANDAS_ENV, raising=False)
-    assert "pandas" in source_zygote._worker_modules()
+    assert "pandas" in fork_server._worker_modules()
     monkeypatch.setenv(worker_daemon.PANDAS_ENV, "0")
-    modules = source_zygote._worker_modules()
+    modules = fork_server._worker_modules()
     assert not worker_daemon.PANDAS_MODULES & set(modules) and "pyspark.worker" in modules
 
 
@@ -247,6 +245,6 @@ def test_a_temporary_folder_that_cannot_run_the_launcher_leaves_spark_its_own_wa
         def __init__(self, path: Any) -> None:
             self.f_flag = real(path).f_flag | os.ST_NOEXEC
 
-    monkeypatch.setattr(source_zygote.os, "statvfs", NoExec)
-    monkeypatch.setattr(source_zygote, "_running", None)
-    assert source_zygote.session_launcher() is None
+    monkeypatch.setattr(fork_server.os, "statvfs", NoExec)
+    monkeypatch.setattr(fork_server, "_running", None)
+    assert fork_server.session_launcher() is None

@@ -1,7 +1,7 @@
-"""The launcher side of the source runner fork server (`runtime.source_zygote`), run as a script (the server imports
+"""The launcher side of the fork server (`runtime.fork_server`), run as a script (the server imports
 only its wire format from here).
 
-    python -I -S zygote_client.py SOCKET -m MODULE [ARG...]
+    python -I -S fork_client.py SOCKET -m MODULE [ARG...]
 
 Spark starts this process where it would start `python -m MODULE` (the session's launcher script execs it for
 the streaming source runner's module). It hands its standard streams (the pipes Spark reads), working directory,

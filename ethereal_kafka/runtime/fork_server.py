@@ -10,17 +10,17 @@ source planners' daemons, transformWithState's driver workers (one per stateful 
 each a fresh Python importing much of the same.
 
 How: a local session's Python executable (`SparkContext.pythonExec`, which every Python function and data source
-registered afterwards carries) is a launcher script (`SourceZygote.launcher`). A module of `ROUTED` goes through
-`runtime.zygote_client`, which hands the process's standard streams (the pipes Spark reads), working directory,
+registered afterwards carries) is a launcher script (`ForkServer.launcher`). A module of `ROUTED` goes through
+`runtime.fork_client`, which hands the process's standard streams (the pipes Spark reads), working directory,
 arguments and environment to this server over a Unix socket; the server forks a child that already imported what
 those processes import (`PRELOAD`), which runs the module as `__main__` with them, as `python -m` would. The client
 stands in for the child (signals passed on, its exit status returned); a client that goes away takes its child with
 it. Anything else is exec'd with this interpreter, unchanged. Spark's protocols with these processes are untouched:
 a runner connects back and reports its own pid, a daemon talks over the streams it was given, as always.
 
-The server is a child of the driver in its session (a kill of the run's session reaches it and every runner), and
+The server is a child of the driver in its session (a kill of the run's session reaches it and every process it forked), and
 exits when the driver does (its stdin, a pipe from the driver, closes). Clusters keep Spark's way: an executor host
-would not have the launcher. `ETHEREAL_KAFKA_SOURCE_ZYGOTE=0` turns it off. The worker daemon's fork-time choices
+would not have the launcher. `ETHEREAL_KAFKA_FORK_SERVER=0` turns it off. The worker daemon's fork-time choices
 (pandas hidden from a `transform.sql` job's workers, the heap frozen) stay the daemon's own.
 """
 
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, NoReturn
 
-from ethereal_kafka.runtime.zygote_client import LENGTH, REPLY
+from ethereal_kafka.runtime.fork_client import LENGTH, REPLY
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,9 @@ PROCESS_NAMES: dict[str, str] = {
     WORKER_DAEMON: "worker-daemon",
 }
 #: The server's own process name.
-SERVER_NAME = "source-zygote"
-#: Set to `0` to start source runners as Spark does (to compare, or to rule the server out).
-ENV_SWITCH = "ETHEREAL_KAFKA_SOURCE_ZYGOTE"
+SERVER_NAME = "fork-server"
+#: Set to `0` to have Spark start its Python processes itself (to compare, or to rule the server out).
+ENV_SWITCH = "ETHEREAL_KAFKA_FORK_SERVER"
 #: What the processes the server forks import, loaded by the server once before it forks (a module that cannot be
 #: imported is skipped; the child imports it, or fails on it, as without the server).
 PRELOAD: tuple[str, ...] = (
@@ -107,7 +107,7 @@ def launcher_script(python: str, client: str, socket_path: str, modules: tuple[s
     py, cl, sock = (shlex.quote(v) for v in (python, client, socket_path))
     return (
         "#!/bin/sh\n"
-        "# Written by ethereal_kafka.runtime.source_zygote: Spark's Python executable for this session.\n"
+        "# Written by ethereal_kafka.runtime.fork_server: Spark's Python executable for this session.\n"
         'if [ "$1" = "-m" ]; then\n'
         '  case "$2" in\n'
         f'    {"|".join(shlex.quote(m) for m in modules)}) exec {py} -I -S {cl} {sock} "$@" ;;\n'
@@ -118,8 +118,8 @@ def launcher_script(python: str, client: str, socket_path: str, modules: tuple[s
 
 
 @dataclass
-class SourceZygote:
-    """A running fork server (a child process of this one) and the launcher script that routes runners to it."""
+class ForkServer:
+    """A running fork server (a child process of this one) and the launcher script that routes Spark's Python processes to it."""
 
     process: subprocess.Popen[bytes]
     folder: Path
@@ -130,10 +130,10 @@ class SourceZygote:
 
     @property
     def socket_path(self) -> Path:
-        return self.folder / "zygote.sock"
+        return self.folder / "fork-server.sock"
 
     def close(self) -> None:
-        """Stop the server (its runners are ended with it) and delete its folder. Idempotent; never raises."""
+        """Stop the server (its children are ended with it) and delete its folder. Idempotent; never raises."""
         if self.process.stdin is not None:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
@@ -149,34 +149,34 @@ def start(
     python: str = sys.executable,
     modules: tuple[str, ...] = ROUTED,
     preloaded: tuple[str, ...] = PRELOAD,
-) -> SourceZygote:
+) -> ForkServer:
     """Start a fork server for `python -m M` of each module M of `modules`, with `preloaded` imported, and write its
-    launcher; returns at once (the server binds its socket first, then imports: a runner that connects meanwhile
+    launcher; returns at once (the server binds its socket first, then imports: a process that connects meanwhile
     waits for the imports it would have done itself).
 
     Raises:
         OSError: the folder or the process could not be created, or the temporary folder's file system does not
             allow running the launcher (mounted `noexec`).
     """
-    folder = Path(tempfile.mkdtemp(prefix="ek-zygote-"))
+    folder = Path(tempfile.mkdtemp(prefix="ek-fork-server-"))
     if os.statvfs(folder).f_flag & os.ST_NOEXEC:  # Spark could not run the launcher from there
         shutil.rmtree(folder, ignore_errors=True)
         raise OSError(f"{folder.parent} is mounted noexec")
-    zygote_client = Path(__file__).with_name("zygote_client.py")
-    socket_path = folder / "zygote.sock"
+    fork_client = Path(__file__).with_name("fork_client.py")
+    socket_path = folder / "fork-server.sock"
     process = subprocess.Popen(
         [python, "-m", __name__, str(socket_path), *preloaded],
         stdin=subprocess.PIPE,
-        # The runners' own output goes to the streams Spark gave them; the server's to this process's.
+        # The children's own output goes to the streams Spark gave them; the server's to this process's.
         close_fds=True,
     )
     launcher = folder / "python"
-    launcher.write_text(launcher_script(python, str(zygote_client), str(socket_path), modules))
+    launcher.write_text(launcher_script(python, str(fork_client), str(socket_path), modules))
     launcher.chmod(0o755)
-    return SourceZygote(process, folder)
+    return ForkServer(process, folder)
 
 
-_running: SourceZygote | None = None
+_running: ForkServer | None = None
 
 
 def running_launcher() -> str | None:
@@ -187,8 +187,8 @@ def running_launcher() -> str | None:
 
 
 def session_launcher() -> str | None:
-    """This process's launcher (its server started at the first call), or None when `ETHEREAL_KAFKA_SOURCE_ZYGOTE=0`
-    or the server cannot start (logged: runners then start as Spark starts them)."""
+    """This process's launcher (its server started at the first call), or None when `ETHEREAL_KAFKA_FORK_SERVER=0`
+    or the server cannot start (logged: Spark then starts its Python processes itself)."""
     global _running
     if os.environ.get(ENV_SWITCH) == "0":
         return None
@@ -196,7 +196,7 @@ def session_launcher() -> str | None:
         try:
             _running = start()
         except OSError as exc:
-            log.warning("source runners start without the fork server: %s", exc)
+            log.warning("Spark starts its Python processes without the fork server: %s", exc)
             return None
         atexit.register(_running.close)
     return str(_running.launcher)
@@ -437,7 +437,7 @@ def _reap(children: dict[int, socket.socket], selector: selectors.BaseSelector) 
 
 
 def main(argv: list[str]) -> None:
-    """`python -m ethereal_kafka.runtime.source_zygote SOCKET MODULE...`: bind, import the modules, serve (stdin is
+    """`python -m ethereal_kafka.runtime.fork_server SOCKET MODULE...`: bind, import the modules, serve (stdin is
     the driver's pipe)."""
     path = argv[0]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
