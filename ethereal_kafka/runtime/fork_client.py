@@ -4,7 +4,7 @@ only its wire format from here).
     python -I -S fork_client.py SOCKET -m MODULE [ARG...]
 
 Spark starts this process where it would start `python -m MODULE` (the session's launcher script execs it for
-the streaming source runner's module). It hands its standard streams (the pipes Spark reads), working directory,
+the modules the server forks, `fork_server.ROUTED`). It hands its standard streams (the pipes Spark reads), working directory,
 arguments and environment to the fork server at `SOCKET`, which forks a child that runs `MODULE` as `__main__`
 with them; then it stands in for that child: SIGTERM and SIGHUP are passed on to it, and it exits with
 the child's status (`128 + n` for a child ended by signal n, as a shell reports it). Closing the connection (this
