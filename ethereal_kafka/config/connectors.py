@@ -113,15 +113,17 @@ class KafkaSourceConfig(SerdeSettings):
         0,
         key="max.records.per.epoch",
         check=non_negative,
-        doc="admission control: at most N offsets per epoch (0: bounded from the transaction timeout under "
-        "exactly-once, at most 50000; else unbounded)",
+        doc="admission control: at most N offsets per epoch (0: under exactly-once with fixed epoch sizing bounded "
+        "from the transaction timeout, at most 50000; with adaptive sizing the job's epoch.max.records; else "
+        "unbounded)",
     )
     max_bytes_per_epoch: int = setting(
         0,
         key="max.bytes.per.epoch",
         check=non_negative,
-        doc="admission control: at most about N bytes per epoch, from the measured record size (0: bounded from "
-        "the transaction timeout under exactly-once, at most 33554432; else unbounded)",
+        doc="admission control: at most about N bytes per epoch, from the measured record size (0: under "
+        "exactly-once with fixed epoch sizing bounded from the transaction timeout, at most 33554432; with "
+        "adaptive sizing 67108864; else unbounded)",
     )
     epoch_sizing: str = setting(
         "fixed",

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.config.connectors import KafkaSourceConfig
+from ethereal_kafka.config.job import Guarantee
 from ethereal_kafka.connectors.kafka.admission import (
     FIXED_COST_HEADROOM,
     HISTORY,
@@ -58,12 +59,16 @@ def admission_settings(
 ) -> AdmissionSettings:
     """The sizing bounds of `source` in `job`: the job's target and bounds, the source's `max.records.per.epoch`
     (when set) lowering the maximum (and the minimum with it); a stateful query's epochs get the larger headroom
-    over their fixed cost (`STATEFUL_FIXED_COST_HEADROOM`)."""
+    over their fixed cost (`STATEFUL_FIXED_COST_HEADROOM`); under exactly-once no aim beyond half the transaction
+    timeout (`AdmissionSettings.longest_ms`: the sizer, not a floor rate, keeps epochs within it)."""
     ceiling = job.epoch_max_records
     if source.max_records_per_epoch > 0:
         ceiling = min(ceiling, source.max_records_per_epoch)
     headroom = STATEFUL_FIXED_COST_HEADROOM if stateful else FIXED_COST_HEADROOM
-    return AdmissionSettings(job.epoch_target, min(job.epoch_min_records, ceiling), ceiling, headroom)
+    longest = job.transaction_timeout_ms // 2 if job.delivery_guarantee == Guarantee.EXACTLY_ONCE else 0
+    return AdmissionSettings(
+        job.epoch_target, min(job.epoch_min_records, ceiling), ceiling, headroom, longest
+    )
 
 
 def sized_source(job: JobConfig, source: KafkaSourceConfig) -> dict[str, object]:

@@ -20,12 +20,14 @@ from ethereal_kafka.runtime.admission import sized_source
 
 def bounded_source(job: JobConfig, source: KafkaSourceConfig) -> dict[str, object]:
     """The changes (fields of `KafkaSourceConfig`) that bound `source`'s epochs in `job`: under exactly-once a
-    bound left at 0 gets `epoch_bounds.default_bounds`, and dead letters commit with their epoch; then the sizing
+    bound left at 0 gets `epoch_bounds.default_bounds` (for the job's sizing mode), and dead letters commit with their epoch; then the sizing
     mode's changes (`admission.sized_source`), within those bounds."""
     changes: dict[str, object] = {}
     if job.delivery_guarantee == Guarantee.EXACTLY_ONCE:
-        max_records, max_bytes = default_bounds(job.transaction_timeout_ms, job.trigger_interval_ms)
-        if source.max_records_per_epoch == 0:
+        max_records, max_bytes = default_bounds(
+            job.transaction_timeout_ms, job.trigger_interval_ms, adaptive=job.epoch_sizing == "adaptive"
+        )
+        if source.max_records_per_epoch == 0 and max_records:
             changes["max_records_per_epoch"] = max_records
         if source.max_bytes_per_epoch == 0:
             changes["max_bytes_per_epoch"] = max_bytes

@@ -72,12 +72,15 @@ class AdmissionSettings:
         max_records: The largest budget (the source's `max.records.per.epoch`).
         fixed_cost_headroom: The multiple of the fixed cost per epoch aimed at when that is above the target
             (`FIXED_COST_HEADROOM`; `STATEFUL_FIXED_COST_HEADROOM` for stateful queries).
+        longest_ms: The longest duration ever aimed at, whatever the fixed cost (under exactly-once half the
+            transaction timeout: an epoch then takes at most `STEP_CEILING` x that); 0 = no limit.
     """
 
     target_ms: int
     min_records: int
     max_records: int
     fixed_cost_headroom: float = FIXED_COST_HEADROOM
+    longest_ms: int = 0
 
     def clamp(self, records: float) -> int:
         """`records` within `[min_records, max_records]`."""
@@ -126,10 +129,12 @@ def cost_model(history: Sequence[Observation], min_records: int = 0) -> CostMode
 
 def aimed_ms(settings: AdmissionSettings, model: CostModel | None) -> int:
     """The duration the sizer aims at: the target, or the settings' `fixed_cost_headroom` x the fixed cost when that
-    is more (a target below what an epoch costs anyway cannot be met by admitting fewer records)."""
+    is more (a target below what an epoch costs anyway cannot be met by admitting fewer records), never more than
+    the settings' `longest_ms` (when set)."""
     if model is None:
         return settings.target_ms
-    return max(settings.target_ms, math.ceil(settings.fixed_cost_headroom * model.fixed_ms))
+    aim = max(settings.target_ms, math.ceil(settings.fixed_cost_headroom * model.fixed_ms))
+    return min(aim, max(settings.target_ms, settings.longest_ms)) if settings.longest_ms else aim
 
 
 def next_budget(

@@ -256,3 +256,16 @@ def test_the_aim_over_the_fixed_cost_follows_the_settings_headroom() -> None:
     assert aimed_ms(SETTINGS, CostModel(600.0)) == max(1000, math.ceil(FIXED_COST_HEADROOM * 600))
     assert aimed_ms(stateful, CostModel(600.0)) == 2400
     assert aimed_ms(stateful, CostModel(200.0)) == 1000, "a cheap epoch keeps the target"
+
+
+def test_the_aim_never_passes_the_settings_longest_duration() -> None:
+    """Under exactly-once the sizer aims at most at half the transaction timeout (`longest_ms`), whatever the fixed
+    cost: a stateful query whose epochs cost 20 s each (a loaded machine) used to aim at 4 x 20 s = 80 s, beyond
+    a 60 s timeout, now that the epoch's records bound no longer holds it back."""
+    stateful = AdmissionSettings(1000, 100, 10**8, STATEFUL_FIXED_COST_HEADROOM, longest_ms=30_000)
+    assert aimed_ms(stateful, CostModel(20_000.0)) == 30_000
+    assert aimed_ms(stateful, CostModel(5_000.0)) == 20_000, "below the limit the headroom rules"
+    assert aimed_ms(dataclasses.replace(stateful, longest_ms=0), CostModel(20_000.0)) == 80_000
+    _, durations = simulate(20_000, 0.01, 25, stateful)
+    assert max(durations[1:]) <= STEP_CEILING * 30_000, durations
+    assert durations[-1] == pytest.approx(30_000, rel=0.15), durations

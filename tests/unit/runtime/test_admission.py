@@ -13,6 +13,7 @@ from ethereal_kafka.connectors.kafka.admission import (
     budget_path,
     read_budget,
 )
+from ethereal_kafka.connectors.kafka.epoch_bounds import ADAPTIVE_MAX_BYTES, default_bounds
 from ethereal_kafka.runtime.admission import EpochSizer, admission_settings, admitted, sized_source
 from ethereal_kafka.runtime.runner import job_sources
 from tests.unit.runtime.test_runner_sources import _job
@@ -57,10 +58,31 @@ def test_sources_of_an_adaptive_job_read_posted_budgets_within_their_maximum(tmp
     small = sources["a"].__class__.from_properties(
         {"bootstrap.servers": "x:1", "topics": "t", "max.records.per.epoch": "150"}
     )
-    assert admission_settings(job, small) == admission_settings(job, small).__class__(400, 150, 150)
+    assert admission_settings(job, small) == admission_settings(job, small).__class__(
+        400, 150, 150, longest_ms=job.transaction_timeout_ms // 2
+    )
     assert admission_settings(job, small, stateful=True).fixed_cost_headroom == STATEFUL_FIXED_COST_HEADROOM
     fixed = JobConfig.from_properties({**job.to_properties(), "epoch.sizing": "fixed"})
     assert sized_source(fixed, small) == {}
+
+
+def test_exactly_once_sources_get_bounds_for_the_jobs_sizing_mode(tmp_path: Path) -> None:
+    """Adaptive (the default): the sizer's maximum is the job's epoch.max.records, bytes `ADAPTIVE_MAX_BYTES`, and
+    the sizer aims at most at half the transaction timeout; fixed: the floor-rate bounds of the timeout."""
+    loaded = _job(tmp_path)
+    job = loaded.job
+    adaptive = job_sources(loaded, True)["a"]
+    assert (adaptive.max_records_per_epoch, adaptive.max_bytes_per_epoch) == (
+        job.epoch_max_records,
+        ADAPTIVE_MAX_BYTES,
+    )
+    assert admission_settings(job, adaptive, stateful=True).longest_ms == job.transaction_timeout_ms // 2
+    fixed = job_sources(_job(tmp_path, "epoch.sizing=fixed\n"), True)["a"]
+    assert (fixed.max_records_per_epoch, fixed.max_bytes_per_epoch) == default_bounds(
+        job.transaction_timeout_ms, job.trigger_interval_ms
+    )
+    alo = _job(tmp_path, "delivery.guarantee=at-least-once\n")
+    assert admission_settings(alo.job, job_sources(alo, True)["a"]).longest_ms == 0
 
 
 def test_budgets_grow_with_a_backlog_shrink_when_long_and_survive_a_restart(tmp_path: Path) -> None:
