@@ -137,8 +137,7 @@ def run_once(
         src,
         dst,
         "ethereal_kafka.examples.eos:stateless",
-        # Adaptive: the sizer's own maximum (epoch.max.records); under exactly-once an unset bound would get the
-        # conservative default (epoch_bounds.EOS_MAX_RECORDS), which would cap the sizer below what it can do.
+        # Adaptive: the sizer's own maximum (epoch.max.records, which an unset bound now also gets).
         max_records=500_000 if setting == "adaptive" else int(setting),
         extra_job=f"{sizing}transaction.timeout.ms=900000\nui.enabled=false\nmetrics.enabled=false\nprogress=off\n",
     )
