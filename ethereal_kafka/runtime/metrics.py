@@ -157,13 +157,19 @@ class JobMetrics:
 
     Fed by `observe_epoch` (coordinator thread), `add_reports` (PySpark's accumulator server thread) and
     `observe_progress` (Spark's listener thread); read by `collect` (the HTTP endpoint) and `snapshot` (the
-    progress line).
+    progress line). With `state_rows_counted` False (RocksDB without its row count, `runtime.spark.
+    state_rows_counted`) the state stores' rows are not kept: Spark reports 0 for them, which is not their number.
     """
 
     def __init__(
-        self, app_id: str, sources: Mapping[str, KafkaSourceConfig], clock: Any = time.monotonic
+        self,
+        app_id: str,
+        sources: Mapping[str, KafkaSourceConfig],
+        clock: Any = time.monotonic,
+        state_rows_counted: bool = True,
     ) -> None:
         self.app_id = app_id
+        self._state_rows_counted = state_rows_counted
         self._sources = dict(sources)
         self._clock = clock
         self._lock = threading.Lock()
@@ -305,7 +311,8 @@ class JobMetrics:
                     self.late[(query, "watermark", origin)] += dropped
                 rows[(query, origin)] += int(operator.get("numRowsTotal") or 0)
                 size[(query, origin)] += int(operator.get("memoryUsedBytes") or 0)
-            self.state_rows.update(rows)
+            if self._state_rows_counted:
+                self.state_rows.update(rows)
             self.state_bytes.update(size)
 
     def missing_lag(self, query: str, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:

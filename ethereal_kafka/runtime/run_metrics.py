@@ -18,6 +18,7 @@ from ethereal_kafka.plan.user_errors import UserErrorReport
 from ethereal_kafka.runtime.lag_fill import LagFill
 from ethereal_kafka.runtime.metrics import JobMetrics
 from ethereal_kafka.runtime.progress import ProgressLine
+from ethereal_kafka.runtime.spark import STATE_STORE_KEY, TRACK_ROWS_KEY, state_rows_counted
 from ethereal_kafka.runtime.spark_progress import add_progress_listener
 
 if TYPE_CHECKING:
@@ -130,7 +131,10 @@ def open_metrics(spark: SparkSession, loaded: LoadedJob) -> RunMetrics:
         and job.autoscale_policy == "off"
     ):
         return RunMetrics()
-    metrics = JobMetrics(job.app_id, loaded.sources)
+    counted = state_rows_counted(
+        {key: str(spark.conf.get(key, "")) for key in (STATE_STORE_KEY, TRACK_ROWS_KEY)}
+    )
+    metrics = JobMetrics(job.app_id, loaded.sources, state_rows_counted=counted)
     channel = ReportChannel(metrics.add_reports, kind=(ReadReport, UserErrorReport))
     channel.open()
     server = None

@@ -178,7 +178,7 @@ def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None
             old = spark.conf.get(key, None)
             if old == value:
                 continue
-            if spark.conf.isModifiable(key) is False and key.startswith("spark.") and old is not None:
+            if not _changes_in_session(spark, key) and key.startswith("spark.") and old is not None:
                 raise ConfigError(
                     f"{key}={value}: a static Spark setting cannot change in the shared test session "
                     f"(it is {old}); run this job as a subprocess"
@@ -238,3 +238,17 @@ def _stop_queries_of(spark: SparkSession, app_id: str) -> None:
         if (query.name or "").startswith(f"{app_id}-"):
             with contextlib.suppress(Exception):
                 query.stop()
+
+
+def _changes_in_session(spark: SparkSession, key: str) -> bool:
+    """Whether setting `key` on a running session reaches the queries started after it: a modifiable SQL setting,
+    or a `spark.sql.*` one Spark reads by prefix and does not register (RocksDB's
+    `spark.sql.streaming.stateStore.rocksdb.*`: not "modifiable" to `isModifiable`, yet a stateful query takes its
+    state stores' settings from the session's when it starts), unless it is a static SQL setting."""
+    if spark.conf.isModifiable(key):
+        return True
+    if not key.startswith("spark.sql."):
+        return False
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    return not bool(jvm.org.apache.spark.sql.internal.SQLConf.isStaticConfigKey(key))

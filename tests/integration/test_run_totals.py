@@ -55,6 +55,9 @@ def test_two_queries_reading_one_source_add_up(
         {"events": (src, "")},
         {"a": (out_a, ""), "b": (out_b, "")},
         max_records=300,
+        # RocksDB counts its rows only when asked (`runtime.spark.TRACK_ROWS_KEY`; off by default, and the summary
+        # then has no state line): the pass-through setting reaches the query's state stores.
+        extra_job="spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows=true\n",
     )
     run = run_job(job.path)
     assert run.report is not None and run.report.summary is not None

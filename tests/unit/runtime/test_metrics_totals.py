@@ -18,6 +18,13 @@ from ethereal_kafka.connectors.kafka.read_stats import ReadReport, age_bucket
 from ethereal_kafka.runtime.metrics import EPOCH_BUCKETS, LATENCY_BUCKETS, JobMetrics
 from ethereal_kafka.runtime.progress import render
 from ethereal_kafka.runtime.runner import observe_last_progress
+from ethereal_kafka.runtime.spark import (
+    DEFAULT_CONF,
+    STATE_STORE_KEY,
+    STATE_STORE_PROVIDERS,
+    TRACK_ROWS_KEY,
+    state_rows_counted,
+)
 from ethereal_kafka.runtime.summary import RunSummary
 
 APP = "shop"
@@ -220,6 +227,31 @@ def test_watermark_and_state_store_size_per_query() -> None:
         (("app_id", APP), ("query", "enrich")),
     ) not in exported
     assert m.summary().watermarks_s == {"totals": 1767225645.5}
+
+
+def test_state_rows_spark_does_not_count_are_left_out_not_shown_as_zero() -> None:
+    """RocksDB without its row count (the framework's default, `runtime.spark.TRACK_ROWS_KEY`) reports 0 rows for
+    every store: no state-rows gauge and no state line in the summary then, the state's bytes still."""
+    src = KafkaSourceConfig.from_properties(
+        {"name": "events", "bootstrap.servers": "127.0.0.1:9", "topics": "o"}
+    )
+    m = JobMetrics(APP, {"events": src}, state_rows_counted=False)
+    m.add_query("totals", ["counts"], sources=["events"])
+    m.observe_progress(
+        progress(
+            "totals", None, [{"operatorName": "stateStoreSave", "numRowsTotal": 0, "memoryUsedBytes": 512}]
+        )
+    )
+    exported = samples(m)
+    op = labels(query="totals", operator="stateStoreSave")
+    assert ("ethereal_kafka_state_rows", op) not in exported
+    assert exported[("ethereal_kafka_state_memory_bytes", op)] == 512
+    assert m.summary().state_rows == {} and not any(" state " in line for line in m.summary().lines())
+    rocksdb = {STATE_STORE_KEY: STATE_STORE_PROVIDERS["rocksdb"]}
+    assert not state_rows_counted({**DEFAULT_CONF})
+    assert state_rows_counted(rocksdb), "Spark's own default counts them"
+    assert state_rows_counted({**DEFAULT_CONF, TRACK_ROWS_KEY: "true"})
+    assert state_rows_counted({**DEFAULT_CONF, STATE_STORE_KEY: STATE_STORE_PROVIDERS["memory"]})
 
 
 def test_every_exported_metric_is_documented_and_every_documented_one_exported() -> None:
