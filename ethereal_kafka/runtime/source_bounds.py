@@ -20,8 +20,9 @@ from ethereal_kafka.runtime.admission import sized_source
 
 def bounded_source(job: JobConfig, source: KafkaSourceConfig) -> dict[str, object]:
     """The changes (fields of `KafkaSourceConfig`) that bound `source`'s epochs in `job`: under exactly-once a
-    bound left at 0 gets `epoch_bounds.default_bounds` (for the job's sizing mode), and dead letters commit with their epoch; then the sizing
-    mode's changes (`admission.sized_source`), within those bounds."""
+    bound left at 0 gets `epoch_bounds.default_bounds` for the job's sizing mode (none of records when adaptive),
+    and dead letters commit with their epoch; then the sizing mode's changes (`admission.sized_source`), within
+    those bounds."""
     changes: dict[str, object] = {}
     if job.delivery_guarantee == Guarantee.EXACTLY_ONCE:
         max_records, max_bytes = default_bounds(

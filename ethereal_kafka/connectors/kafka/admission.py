@@ -134,7 +134,9 @@ def aimed_ms(settings: AdmissionSettings, model: CostModel | None) -> int:
     if model is None:
         return settings.target_ms
     aim = max(settings.target_ms, math.ceil(settings.fixed_cost_headroom * model.fixed_ms))
-    return min(aim, max(settings.target_ms, settings.longest_ms)) if settings.longest_ms else aim
+    if settings.longest_ms:
+        aim = min(aim, max(settings.target_ms, settings.longest_ms))
+    return aim
 
 
 def next_budget(
