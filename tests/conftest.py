@@ -1,7 +1,7 @@
 """Shared test configuration: integration tests are marked by folder; tests that share an expensive fixture are
 kept on one pytest-xdist worker.
 
-`make test` runs the suite on two xdist workers (`-n 2 --dist loadgroup`). Each worker is a process of its own with
+`make test` runs the suite on three xdist workers (`-n 3 --dist loadgroup`). Each worker is a process of its own with
 its own session fixtures: its own broker, SparkSession and (when a test asks for one) Spark standalone cluster or
 3-node Kafka cluster, so a test that stops and restarts its broker disturbs no test of the other worker. Tests that
 use the session's Spark cluster, the 3-node Kafka cluster (`kafka_cluster3`), or a module-scoped fixture, are put in
@@ -11,9 +11,12 @@ one `xdist_group` so that the fixture is built once.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from tests.ports import refused_address as _refused_address
 
 #: Modules whose tests share a module-scoped fixture: each runs on one xdist worker.
 _ONE_WORKER_MODULES = ("test_ui.py",)
@@ -80,3 +83,11 @@ def _finish_fixture(item: pytest.Item, name: str) -> None:
     if definitions:
         definitions[-1].finish(internal._request)
         os.write(2, f"\n[{name}] stopped after its last test ({item.nodeid})\n".encode())
+
+
+@pytest.fixture
+def refused_address() -> Iterator[str]:
+    """`127.0.0.1:port` of a port bound for the test and never listening: a client's connects are refused, and no
+    other process can take the port meanwhile (`tests.ports`)."""
+    with _refused_address() as address:
+        yield address

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ethereal_kafka.broker import roles
-from ethereal_kafka.broker.local import BrokerSettings, BrokerStatus, LocalBroker, new_cluster_id, pick_ports
+from ethereal_kafka.broker.local import BrokerSettings, BrokerStatus, LocalBroker, new_cluster_id
 from ethereal_kafka.broker.ownership import process_uid, refuse_foreign, start_lock
+from ethereal_kafka.broker.ports import pick_ports
 from ethereal_kafka.broker.procs import JVM_MARKER, live_pids
 from ethereal_kafka.errors import BrokerError
 from ethereal_kafka.paths import cache_home

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ethereal_kafka.broker.jars import ensure_jars, kafka_version
 from ethereal_kafka.broker.ownership import port_holder, refuse_foreign, start_lock
+from ethereal_kafka.broker.ports import free_port
 from ethereal_kafka.broker.procs import JVM_MARKER
 from ethereal_kafka.errors import BrokerError
 from ethereal_kafka.paths import cache_home
@@ -35,7 +36,6 @@ __all__ = [
     "LocalBroker",
     "format_storage",
     "new_cluster_id",
-    "pick_ports",
 ]
 
 #: Broker settings a single node needs for transactions (see KAFKA-BROKER-NOTES.md).
@@ -206,9 +206,9 @@ class LocalBroker:
         libs = ensure_jars()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         state = self._read_state()
-        port = self.settings.port or _int(state.get("port")) or _free_port()
+        port = self.settings.port or _int(state.get("port")) or free_port()
         controller_port = (
-            self.settings.controller_port or _int(state.get("controller_port")) or _free_port(port)
+            self.settings.controller_port or _int(state.get("controller_port")) or free_port(port)
         )
         for p in (port, controller_port):
             if not _port_free(p):
@@ -422,26 +422,6 @@ def _find_java() -> str:
     if match and int(match.group(1)) < 17:
         raise BrokerError(f"Java {match.group(1)} found at {java}: Apache Kafka 4 needs Java 17 or newer")
     return java
-
-
-def _free_port(avoid: int = 0) -> int:
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port != avoid:
-            return port
-
-
-def pick_ports(count: int) -> list[int]:
-    """`count` distinct free ports on 127.0.0.1 (held together while chosen, so none is handed out twice)."""
-    with contextlib.ExitStack() as held:
-        ports = []
-        for _ in range(count):
-            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("127.0.0.1", 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
 
 
 def _port_free(port: int) -> bool:

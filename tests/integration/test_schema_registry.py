@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -85,11 +84,8 @@ def test_unknown_schema_id_is_an_error_of_its_row(schema_registry: LocalSchemaRe
     assert (error.topic, error.offset, error.raw) == (topic, 1, stray)
 
 
-def test_unreachable_registry_fails_clearly_after_bounded_retries() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/apis/ccompat/v7"  # nothing listens there once the socket is closed
+def test_unreachable_registry_fails_clearly_after_bounded_retries(refused_address: str) -> None:
+    url = f"http://{refused_address}/apis/ccompat/v7"  # bound for the test, never listening
     for spec in (
         SerdeSpec(
             "value", "avro", registry_url=url, subject="s-value", registry_attempts=2, registry_backoff_s=0.05

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -58,11 +57,9 @@ def test_connect_names_the_missing_topic_its_file_and_the_address(
     assert offline.returncode == 0, offline.stderr
 
 
-def test_connect_names_a_refused_address_at_once(tmp_path: Path) -> None:
+def test_connect_names_a_refused_address_at_once(tmp_path: Path, refused_address: str) -> None:
     """A refused port fails in about a second, not after the timeout (issue 24: 16 s before)."""
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    address = refused_address
     job = _job(tmp_path, address, "orders", "out")
     began = time.monotonic()
     done = _validate("--timeout", "30", str(job))
@@ -76,12 +73,10 @@ def test_connect_names_a_refused_address_at_once(tmp_path: Path) -> None:
     assert elapsed < 25, f"validate took {elapsed:.1f}s to give up on a refused port"
 
 
-def test_run_with_a_wrong_bootstrap_ends_with_one_line_at_once(tmp_path: Path) -> None:
+def test_run_with_a_wrong_bootstrap_ends_with_one_line_at_once(tmp_path: Path, refused_address: str) -> None:
     """`run` makes the same check before Spark starts, bounded by `connect.timeout.ms` and shorter for a refused
     port; librdkafka's own lines go to the run's log file, not the terminal. No broker, no Spark."""
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    address = refused_address
     job = _job(tmp_path, address, "orders", "out")
     job.write_text(job.read_text() + "connect.timeout.ms=30000\n")
     logs = tmp_path / "logs"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -72,11 +71,9 @@ def test_a_setting_librdkafka_refuses_gets_a_did_you_mean(capsys: pytest.Capture
 
 
 def test_a_refused_address_is_one_line_naming_it_and_where_it_came_from(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], refused_address: str
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    address = refused_address
     monkeypatch.setenv("KAFKA_BOOTSTRAP", address)
     began = time.monotonic()
     assert main(["consume", "orders"]) == 1

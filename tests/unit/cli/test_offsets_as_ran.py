@@ -5,7 +5,6 @@ on 127.0.0.1:9092). No broker: the recorded address refuses, and the error line 
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -21,12 +20,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cache = tmp_path / "cache"
     monkeypatch.setenv("ETHEREAL_KAFKA_HOME", str(cache))
     return cache
-
-
-def closed_address() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 def write_job(folder: Path) -> Path:
@@ -46,9 +39,13 @@ def write_job(folder: Path) -> Path:
     "command", [["offsets", "shop"], ["replay", "shop", "--from", "earliest", "--dry-run"]]
 )
 def test_the_app_is_looked_up_where_it_ran_from_a_shell_without_its_variables(
-    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    refused_address: str,
 ) -> None:
-    address = closed_address()
+    address = refused_address
     monkeypatch.setenv("KAFKA_BOOTSTRAP", address)
     monkeypatch.setenv("KAFKA_PASSWORD", "hunter2")
     record_run(load_job(write_job(tmp_path)), "instance-1")

@@ -5,7 +5,6 @@ Real processes and real clients; the address answers nobody, so no broker is nee
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,12 +20,6 @@ close_cached_clients()
 """
 
 
-def _free_address() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
-
-
 def _client_process(address: str, log_dir: Path | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != LOG_DIR_ENV}
     if log_dir is not None:
@@ -36,16 +29,18 @@ def _client_process(address: str, log_dir: Path | None) -> subprocess.CompletedP
     )
 
 
-def test_a_worker_writes_librdkafka_lines_to_the_log_folder_not_stderr(tmp_path: Path) -> None:
-    address = _free_address()
+def test_a_worker_writes_librdkafka_lines_to_the_log_folder_not_stderr(
+    tmp_path: Path, refused_address: str
+) -> None:
+    address = refused_address
     done = _client_process(address, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert f"Connect to ipv4#{address} failed" in (tmp_path / WORKERS_LOG).read_text()
 
 
-def test_without_a_log_folder_the_lines_are_dropped(tmp_path: Path) -> None:
-    done = _client_process(_free_address(), None)
+def test_without_a_log_folder_the_lines_are_dropped(refused_address: str) -> None:
+    done = _client_process(refused_address, None)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
 
@@ -63,10 +58,12 @@ produce(sys.argv[1], "t", records())
 """
 
 
-def test_the_test_kits_producer_routes_librdkafka_lines_like_the_runtime(tmp_path: Path) -> None:
+def test_the_test_kits_producer_routes_librdkafka_lines_like_the_runtime(
+    tmp_path: Path, refused_address: str
+) -> None:
     """Issue 24, item 6: `testing.produce` printed librdkafka's lines (`%4|...|GETPID|... Coordinator load in
     progress` on a broker that just started; here a refused connection) on stderr."""
-    address = _free_address()
+    address = refused_address
     env = {k: v for k, v in os.environ.items() if k != LOG_DIR_ENV}
     env[LOG_DIR_ENV] = str(tmp_path)
     done = subprocess.run(
