@@ -174,12 +174,13 @@ class JobConfig(Model):
         doc="how often the log-mode progress line is made (and printed when it changed)",
     )
     state_backend: str = setting(
-        "rocksdb",
+        "auto",
         key="state.backend",
-        choices=("rocksdb", "memory"),
-        doc="Spark state store of stateful operators: rocksdb (needed by the framework's operators: process "
-        "functions, rolling aggregates, Python window functions) or memory (Spark-native operators only); fixed "
-        "for a checkpoint's life",
+        choices=("auto", "rocksdb", "memory"),
+        doc="Spark state store of stateful operators: auto (per query: memory for Spark-native windows and joins "
+        "under an event-time watermark, rocksdb for the rest), rocksdb (needed by the framework's operators: "
+        "process functions, rolling aggregates, Python window functions) or memory (Spark-native operators only); "
+        "fixed for a checkpoint's life",
     )
 
     on_user_error: str = setting(

@@ -27,6 +27,22 @@ _SOURCE = re.compile(
 )
 
 
+#: Logical operators whose state only their own code bounds (the framework's operators run on transformWithState,
+#: which Spark runs only on the RocksDB state store).
+_OWN_STATE = re.compile(r"\b(TransformWithState\w*|FlatMapGroups\w*WithState)\b")
+
+
+def state_store_for(frame: DataFrame) -> str:
+    """The state store `state.backend=auto` gives a stateful query (a `state.backend` choice): `memory` when it
+    declares an event-time watermark and every stateful operator is Spark's own (windows and joins, whose state
+    the watermark evicts), `rocksdb` otherwise (the framework's operators, running aggregates without a watermark).
+    No data is read."""
+    plan = str(frame._jdf.queryExecution().analyzed().toString())
+    if _OWN_STATE.search(plan) or "EventTimeWatermark" not in plan:
+        return "rocksdb"
+    return "memory"
+
+
 def output_mode(stateful: bool, watermarked: bool, requested: str = "auto") -> str:
     """Spark output mode: `auto` → append for stateless or event-time (watermarked) queries, whose results are final
     when emitted; update for other stateful queries (running aggregates)."""

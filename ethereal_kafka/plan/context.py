@@ -101,7 +101,7 @@ class CompileContext:
         if not isinstance(node, g.SideOutputNode):
             inputs = [main_output(s) if s.tags else s for s in inputs]
         stream = compiler(self, node, inputs)
-        if self.job is not None and self.job.state_backend != "rocksdb":
+        if self.job is not None and self.job.state_backend == "memory":
             _refuse_framework_operator(node, stream, self.job.state_backend)
         self._memo[node.id] = stream
         return stream

@@ -25,7 +25,7 @@ from ethereal_kafka.checkpoint.apps import record_run
 from ethereal_kafka.checkpoint.history import HistoryLog
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.config.job import LoadedJob, load_job
+from ethereal_kafka.config.job import JobConfig, LoadedJob, load_job
 from ethereal_kafka.connectors.event_time import mark_replay, maxima_behind
 from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_clients
 from ethereal_kafka.eos.coordinator import CheckpointCoordinator
@@ -33,6 +33,8 @@ from ethereal_kafka.eos.epoch_writer import EpochWriter
 from ethereal_kafka.eos.ownership import InstanceGuard
 from ethereal_kafka.eos.replay import take_replay_intent
 from ethereal_kafka.errors import EtherealKafkaError, SparkSetupError
+from ethereal_kafka.plan.classify import state_store_for
+from ethereal_kafka.plan.query import Query
 from ethereal_kafka.runtime.admission import EpochSizer
 from ethereal_kafka.runtime.autoscaler import open_autoscaler
 from ethereal_kafka.runtime.description import RunDescription, write_description
@@ -61,7 +63,7 @@ from ethereal_kafka.runtime.source_bounds import bounded_source
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from ethereal_kafka.api.environment import StreamExecutionEnvironment
@@ -242,8 +244,9 @@ def _start(
         else:
             writer = writer.trigger(processingTime=f"{job.trigger_interval_ms} milliseconds")
         # A query reads these settings when it starts (its checkpoint keeps them): set them for this start only.
-        previous = {key: spark.conf.get(key, None) for key in build.spark_conf}
-        for key, value in build.spark_conf.items():
+        settings = query_start_conf(job, build, pipeline.frames[build.name])
+        previous = {key: spark.conf.get(key, None) for key in settings}
+        for key, value in settings.items():
             spark.conf.set(key, value)
         queries[build.name] = writer.start()
         for key, old in previous.items():
@@ -285,16 +288,32 @@ def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
         time.sleep(0.1)
 
 
+def query_start_conf(job: JobConfig, build: Query, frame: DataFrame) -> dict[str, str]:
+    """The session settings `build` starts with: its own (`Query.spark_conf`) and, under `state.backend=auto`, the
+    state store `plan.classify.state_store_for` gives a stateful query. Spark records the store in the query's
+    checkpoint at its first start and keeps the recorded one on every restart, so a checkpoint keeps its store."""
+    from ethereal_kafka.runtime.spark import STATE_STORE_KEY, STATE_STORE_PROVIDERS
+
+    settings = dict(build.spark_conf)
+    if job.state_backend == "auto" and build.stateful:
+        store = state_store_for(frame)
+        settings[STATE_STORE_KEY] = STATE_STORE_PROVIDERS[store]
+        log.info("query %s: %s state store (state.backend=auto)", build.name, store)
+    return settings
+
+
 def job_spark_conf(loaded: LoadedJob) -> dict[str, str]:
     """The Spark settings a job runs with: its `spark.*` pass-through keys, its sink tasks as shuffle partitions,
-    and the state store of its `state.backend`."""
+    and the state store of its `state.backend` (RocksDB for `auto`, which `query_start_conf` refines per query)."""
     from ethereal_kafka.runtime.spark import STATE_STORE_KEY, STATE_STORE_PROVIDERS
 
     job = loaded.job
     return {
         **{f"spark.{k}": v for k, v in job.passthrough.items()},
         "spark.sql.shuffle.partitions": str(job.sink_tasks),
-        STATE_STORE_KEY: STATE_STORE_PROVIDERS[job.state_backend],
+        STATE_STORE_KEY: STATE_STORE_PROVIDERS[
+            "rocksdb" if job.state_backend == "auto" else job.state_backend
+        ],
     }
 
 

@@ -8,11 +8,13 @@ consumer sees them.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ethereal_kafka.runtime.spark import STATE_STORE_KEY, STATE_STORE_PROVIDERS
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.epochs import split_by_epochs
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
@@ -207,7 +209,13 @@ def test_rolling_sum_reduce_and_aggregate(
     _assert_per_key(got, expected)
 
 
-@pytest.mark.parametrize("backend", ["memory", "rocksdb"])
+def _recorded_store(folder: Path) -> str:
+    """The state store Spark recorded in the one query checkpoint under `folder` (its first offset log entry)."""
+    [first] = folder.rglob("offsets/0")
+    return str(json.loads(first.read_text().splitlines()[1])["conf"][STATE_STORE_KEY])
+
+
+@pytest.mark.parametrize("backend", ["auto", "memory", "rocksdb"])
 def test_state_backends_run_native_operators_and_memory_refuses_framework_ones(
     backend: str,
     kafka_cluster: KafkaCluster,
@@ -224,6 +232,8 @@ def test_state_backends_run_native_operators_and_memory_refuses_framework_ones(
     expected = ref.native_counts(split, epochs)
     got = {(r["user"], r["start"]): r["count"] for r in read_json(bs, out)}
     assert got == expected
+    kind = "rocksdb" if backend == "rocksdb" else "memory"  # auto: a window under a watermark runs in memory
+    assert _recorded_store(tmp_path) == STATE_STORE_PROVIDERS[kind]
     if backend == "memory":
         refused = _job(
             tmp_path / "refused", bs, "state_kinds", source, {"out": out}, extra_job="state.backend=memory\n"

@@ -137,3 +137,20 @@ def test_framework_operators_are_refused_on_the_memory_state_store(spark: SparkS
     ):
         _refuse_framework_operator(node, framework, "memory")
     _refuse_framework_operator(g.MapNode(id=1, inputs=()), _stream(spark), "memory")  # no transformWithState
+
+
+def test_auto_gives_the_memory_store_only_to_watermarked_spark_native_state(spark: SparkSession) -> None:
+    """`state.backend=auto` (`plan.classify.state_store_for`): a window under a watermark runs in memory; a running
+    aggregate without one, or the framework's operator (transformWithState), on RocksDB."""
+    from pyspark.sql import functions as F
+
+    from ethereal_kafka.plan.classify import state_store_for
+
+    rate = spark.readStream.format("rate").load()
+    windowed = (
+        rate.withWatermark("timestamp", "1 second").groupBy(F.window("timestamp", "10 seconds")).count()
+    )
+    assert state_store_for(windowed) == "memory"
+    assert state_store_for(rate.groupBy((F.col("value") % 3).alias("k")).count()) == "rocksdb"
+    framework = compile_process(_ctx(spark), _process(), [_stream(spark)])
+    assert state_store_for(framework.frame) == "rocksdb"
