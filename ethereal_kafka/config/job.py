@@ -228,6 +228,14 @@ class JobConfig(Model):
         doc="failure-rate: the sliding interval failures are counted in (default 60000)",
     )
 
+    epoch_stall_timeout_ms: int = setting(
+        600000,
+        key="epoch.stall.timeout.ms",
+        check=non_negative,
+        doc="an epoch still writing after this long fails the run, naming it (a stuck task: the queries are stopped, "
+        "and restart.strategy may start them again from the checkpoint); 0 = wait forever",
+    )
+
     epoch_sizing: str = setting(
         "adaptive",
         key="epoch.sizing",

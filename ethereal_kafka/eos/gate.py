@@ -52,6 +52,7 @@ class EpochGate:
         self._cond = threading.Condition()
         self._closed = False
         self._in_flight: dict[str, int] = {}
+        self._since: dict[str, float] = {}
         self._last: dict[str, EpochOutcome] = {}
         self._refused: list[tuple[str, int]] = []
         self._held = False
@@ -75,6 +76,7 @@ class EpochGate:
                     f"epoch {epoch} of query {query} not started: the job is stopping (it is replayed on restart)"
                 )
             self._in_flight[query] = epoch
+            self._since[query] = time.monotonic()
         error: BaseException | None = None
         try:
             yield
@@ -84,6 +86,7 @@ class EpochGate:
         finally:
             with self._cond:
                 self._in_flight.pop(query, None)
+                self._since.pop(query, None)
                 stopped = error is not None and self._interrupting
                 self._last[query] = EpochOutcome(query, epoch, error, stopped)
                 self._cond.notify_all()
@@ -147,6 +150,14 @@ class EpochGate:
         """`{query: epoch}` of the epochs writing now."""
         with self._cond:
             return dict(self._in_flight)
+
+    def longest_in_flight(self) -> tuple[str, int, float] | None:
+        """`(query, epoch, seconds)` of the epoch that has been writing the longest, or None when none is."""
+        with self._cond:
+            if not self._since:
+                return None
+            query = min(self._since, key=self._since.__getitem__)
+            return query, self._in_flight[query], time.monotonic() - self._since[query]
 
     def last(self) -> dict[str, EpochOutcome]:
         """The last finished epoch of each query."""

@@ -108,12 +108,14 @@ class JobLifecycle:
     Args:
         shutdown_timeout_s: How long a graceful stop waits for the epochs in flight.
         log_hint: Appended to failure lines (where the full trace is).
+        stall_timeout_s: An epoch writing longer than this fails the run (`epoch.stall.timeout.ms`); 0: never.
     """
 
-    def __init__(self, shutdown_timeout_s: float, log_hint: str = "") -> None:
+    def __init__(self, shutdown_timeout_s: float, log_hint: str = "", stall_timeout_s: float = 0.0) -> None:
         self.running: RunningJob | None = None
         self.gate = EpochGate()
         self.shutdown_timeout_s = shutdown_timeout_s
+        self.stall_timeout_s = stall_timeout_s
         self.log_hint = log_hint
         self._stop = threading.Event()
         self._force = threading.Event()
@@ -203,6 +205,7 @@ class JobLifecycle:
             except JobFailedError:
                 self._stop_after_failure()
                 raise
+            self._raise_stall()
             active = [q for q in self._queries().values() if q.isActive]
             if not active:
                 return StopReport(FINISHED, last=self.gate.last())
@@ -254,6 +257,32 @@ class JobLifecycle:
         for query in self._queries().values():
             if query.isActive:
                 query.stop()
+
+    def _raise_stall(self) -> None:
+        """Stop every query and fail the run when an epoch has been writing longer than `stall_timeout_s`.
+
+        A task that never returns holds its epoch, and its query, forever: Spark has no timeout for a task, and
+        a stuck one keeps no exception to report (a transformWithState state server that died on a stray
+        connection leaves its Python task waiting for an answer). The stop interrupts it; the epoch wrote nothing
+        a read_committed consumer sees, and its open transactions are aborted when the queries next start.
+
+        Raises:
+            JobFailedError: `query NAME epoch N has been writing for S s, longer than epoch.stall.timeout.ms=...`.
+        """
+        longest = self.gate.longest_in_flight() if self.stall_timeout_s > 0 else None
+        if longest is None or longest[2] < self.stall_timeout_s:
+            return
+        query, epoch, seconds = longest
+        line = (
+            f"query {query} epoch {epoch} has been writing for {seconds:.0f}s, longer than "
+            f"epoch.stall.timeout.ms={int(self.stall_timeout_s * 1000)}: a task is stuck; the queries were stopped "
+            f"and the epoch is replayed when they start again{self.log_hint}"
+        )
+        self.gate.interrupt()
+        for active in self._queries().values():
+            if active.isActive:
+                active.stop()
+        raise JobFailedError(line)
 
     def _raise_failure(self, ignore: Callable[[str], bool] = lambda _name: False) -> None:
         for name, query in self._queries().items():

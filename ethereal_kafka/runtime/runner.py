@@ -494,7 +494,11 @@ def run_loaded(
     from ethereal_kafka.runtime.worker_daemon import PANDAS_ENV
 
     job = loaded.job
-    lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
+    lifecycle = JobLifecycle(
+        job.shutdown_timeout_ms / 1000,
+        log_hint=f" (full trace under {logs})",
+        stall_timeout_s=job.epoch_stall_timeout_ms / 1000,
+    )
     lifecycle.stop_when_drained = available_now
     # Before Spark starts (and before the signal handlers): a refusal costs a second, not a session.
     guard = own_app(loaded, takeover)

@@ -123,7 +123,11 @@ def run_in_process(
     route_spark_logs(
         spark, logs
     )  # as `run` does: Spark's lines (a failed task's ERROR TaskSetManager) go there
-    lifecycle = JobLifecycle(job.shutdown_timeout_ms / 1000, log_hint=f" (full trace under {logs})")
+    lifecycle = JobLifecycle(
+        job.shutdown_timeout_ms / 1000,
+        log_hint=f" (full trace under {logs})",
+        stall_timeout_s=job.epoch_stall_timeout_ms / 1000,
+    )
     lifecycle.stop_when_drained = available_now
     began = time.monotonic()
     timed_out = threading.Event()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -298,4 +299,41 @@ def test_ctrl_c_stops_between_epochs_and_a_forced_stop_keeps_the_output_exact(
     run_job(files.job)
     cmp = compare(eos.stateless_reference(inputs), pairs(read_committed(bs, dst, timeout_s=60)))
     print(f"{cmp.line(0)}; {forced.split('ethereal-kafka: ')[-1]}")
+    assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)
+
+
+def test_a_stuck_epoch_fails_the_run_naming_it_and_the_next_start_is_exact(
+    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+) -> None:
+    """A task that never returns holds its epoch and its query forever (Spark has no task timeout). Here every sink
+    task holds its transaction open for ten minutes (the fault delay): past `epoch.stall.timeout.ms` the run stops
+    its queries and fails with one line naming the query and the epoch, long before the task would end, and
+    nothing of the epoch is visible; the next start replays it and the output is exact."""
+    bs = kafka_cluster.bootstrap
+    src, dst = topic_factory(partitions=2), topic_factory(partitions=2)
+    inputs = eos.events(1000)
+    feed(bs, src, inputs, 2)
+    files = write_job(
+        tmp_path,
+        bs,
+        src,
+        dst,
+        "ethereal_kafka.examples.eos:stateless",
+        extra_job="epoch.stall.timeout.ms=4000\n",
+    )
+    began = time.monotonic()
+    stuck = run_job(files.job, env={"ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS": "600000"}, check=False)
+    elapsed = time.monotonic() - began
+    line = str(stuck.error)
+    assert not stuck.ok and "\n" not in line, line
+    assert re.search(
+        r"query \S+ epoch \d+ has been writing for \d+s, longer than epoch\.stall\.timeout\.ms=4000: a task is "
+        r"stuck; the queries were stopped and the epoch is replayed when they start again",
+        line,
+    ), line
+    assert elapsed < 120, f"{elapsed:.0f}s to give up on a stuck epoch"
+    assert read_committed(bs, dst, timeout_s=2) == []
+    run_job(files.job)
+    cmp = compare(eos.stateless_reference(inputs), pairs(read_committed(bs, dst, timeout_s=60)))
+    print(f"{cmp.line(0)}; stuck run: {elapsed:.0f}s")
     assert (cmp.duplicates, cmp.lost, cmp.unexpected) == (0, 0, 0)

@@ -191,3 +191,40 @@ def test_a_query_between_epochs_stops_while_another_finishes_its_epoch() -> None
     assert report.how == GRACEFUL
     assert idle.stopped_at is not None and busy.stopped_at is not None
     assert idle.stopped_at < busy.stopped_at - 0.2  # the idle query did not wait for the busy one's epoch
+
+
+def test_an_epoch_writing_past_the_stall_timeout_stops_the_queries_and_fails_naming_it() -> None:
+    stuck, other = FakeQuery(), FakeQuery()
+    gate = EpochGate()
+    lifecycle = JobLifecycle(5.0, log_hint=" (full trace under logs)", stall_timeout_s=0.3)
+    lifecycle.attach(RunningJob({"out": stuck, "side": other}), gate)  # type: ignore[dict-item]
+    release = threading.Event()
+    writer = epoch_in_flight(gate, stuck, 4, release)
+    began = time.monotonic()
+    with pytest.raises(JobFailedError) as failed:
+        lifecycle.wait()
+    waited = time.monotonic() - began
+    release.set()
+    writer.join(5)
+    assert 0.25 <= waited < 3.0
+    assert not stuck.active and not other.active and gate.interrupting
+    assert str(failed.value) == (
+        f"query out epoch 4 has been writing for {round(waited)}s, longer than epoch.stall.timeout.ms=300: a task "
+        "is stuck; the queries were stopped and the epoch is replayed when they start again (full trace under logs)"
+    )
+
+
+def test_epochs_within_the_stall_timeout_or_without_one_are_left_alone() -> None:
+    for stall_s in (0.0, 30.0):
+        query = FakeQuery()
+        gate = EpochGate()
+        lifecycle = JobLifecycle(5.0, stall_timeout_s=stall_s)
+        lifecycle.attach(RunningJob({"out": query}), gate)  # type: ignore[dict-item]
+        release = threading.Event()
+        writer = epoch_in_flight(gate, query, 2, release)
+        threading.Timer(0.5, release.set).start()
+        threading.Timer(0.8, query.stop).start()
+        report = lifecycle.wait()
+        writer.join(5)
+        assert report.how == FINISHED, stall_s
+    assert gate.longest_in_flight() is None
