@@ -30,17 +30,33 @@ _SOURCE = re.compile(
 #: Logical operators whose state only their own code bounds (the framework's operators run on transformWithState,
 #: which Spark runs only on the RocksDB state store).
 _OWN_STATE = re.compile(r"\b(TransformWithState\w*|FlatMapGroups\w*WithState)\b")
+#: An attribute carrying an event-time watermark in an analyzed plan (`window#7-T1000ms`).
+_WATERMARKED = re.compile(r"#\d+-T\d+ms")
+
+
+def _bounded_by_watermark(operator: str) -> bool:
+    """Whether a Spark-native stateful operator of an analyzed plan (one line, tree marks stripped) evicts its
+    state as the watermark passes: an aggregate grouped by a watermarked column (a window, a session window, the
+    event time), a deduplication keyed by one (or within the watermark), a join whose condition names one (a time
+    range, a window). Other operators keep no state or are checked elsewhere."""
+    if operator.startswith("Aggregate ["):
+        grouping = operator[len("Aggregate [") :].split("], [", 1)[0]
+        return bool(_WATERMARKED.search(grouping))
+    if operator.startswith(("Deduplicate [", "Join ")):
+        return bool(_WATERMARKED.search(operator))
+    return True
 
 
 def state_store_for(frame: DataFrame) -> str:
-    """The state store `state.backend=auto` gives a stateful query (a `state.backend` choice): `memory` when it
-    declares an event-time watermark and every stateful operator is Spark's own (windows and joins, whose state
-    the watermark evicts), `rocksdb` otherwise (the framework's operators, running aggregates without a watermark).
-    No data is read."""
+    """The state store `state.backend=auto` gives a stateful query (a `state.backend` choice): `memory` when every
+    stateful operator is Spark's own and the watermark bounds its state (windows and session windows, joins with
+    a time condition, deduplication within the watermark), `rocksdb` otherwise (the framework's operators, running
+    aggregates, joins and deduplication on keys alone, any query without a watermark). No data is read."""
     plan = str(frame._jdf.queryExecution().analyzed().toString())
     if _OWN_STATE.search(plan) or "EventTimeWatermark" not in plan:
         return "rocksdb"
-    return "memory"
+    operators = (line.strip(" :+-~") for line in plan.splitlines())
+    return "memory" if all(_bounded_by_watermark(op) for op in operators) else "rocksdb"
 
 
 def output_mode(stateful: bool, watermarked: bool, requested: str = "auto") -> str:

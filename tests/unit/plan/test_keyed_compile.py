@@ -139,18 +139,39 @@ def test_framework_operators_are_refused_on_the_memory_state_store(spark: SparkS
     _refuse_framework_operator(g.MapNode(id=1, inputs=()), _stream(spark), "memory")  # no transformWithState
 
 
-def test_auto_gives_the_memory_store_only_to_watermarked_spark_native_state(spark: SparkSession) -> None:
-    """`state.backend=auto` (`plan.classify.state_store_for`): a window under a watermark runs in memory; a running
-    aggregate without one, or the framework's operator (transformWithState), on RocksDB."""
+def test_auto_gives_the_memory_store_only_to_state_the_watermark_bounds(spark: SparkSession) -> None:
+    """`state.backend=auto` (`plan.classify.state_store_for`): Spark-native state the watermark evicts runs in
+    memory; a running aggregate, a join or deduplication on keys alone, a query without a watermark, or the
+    framework's operator (transformWithState), on RocksDB."""
     from pyspark.sql import functions as F
 
     from ethereal_kafka.plan.classify import state_store_for
 
     rate = spark.readStream.format("rate").load()
-    windowed = (
-        rate.withWatermark("timestamp", "1 second").groupBy(F.window("timestamp", "10 seconds")).count()
+    timed = rate.withWatermark("timestamp", "1 second")
+    other = (
+        spark.readStream.format("rate")
+        .load()
+        .withWatermark("timestamp", "1 second")
+        .selectExpr("value AS v2", "timestamp AS t2")
     )
-    assert state_store_for(windowed) == "memory"
-    assert state_store_for(rate.groupBy((F.col("value") % 3).alias("k")).count()) == "rocksdb"
+    key = (F.col("value") % 3).alias("k")
+    bounded = {
+        "window": timed.groupBy(F.window("timestamp", "10 seconds"), key).count(),
+        "session window": timed.groupBy(F.session_window("timestamp", "10 seconds")).count(),
+        "join with a time range": timed.join(
+            other, F.expr("value = v2 AND t2 BETWEEN timestamp AND timestamp + INTERVAL 10 SECONDS")
+        ),
+        "deduplication within the watermark": timed.dropDuplicatesWithinWatermark(["value"]),
+        "deduplication with the event time": timed.dropDuplicates(["value", "timestamp"]),
+    }
+    unbounded = {
+        "no watermark": rate.groupBy(F.window("timestamp", "10 seconds")).count(),
+        "a running aggregate under a watermark": timed.groupBy(key).count(),
+        "a join on keys alone": timed.join(other, F.expr("value = v2")),
+        "deduplication on keys alone": timed.dropDuplicates(["value"]),
+    }
+    assert {name: state_store_for(f) for name, f in bounded.items()} == dict.fromkeys(bounded, "memory")
+    assert {name: state_store_for(f) for name, f in unbounded.items()} == dict.fromkeys(unbounded, "rocksdb")
     framework = compile_process(_ctx(spark), _process(), [_stream(spark)])
     assert state_store_for(framework.frame) == "rocksdb"
