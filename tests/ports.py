@@ -13,10 +13,9 @@ waits for an answer that never comes. That is the likely cause of the seven-quer
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Iterator
 
-from ethereal_kafka.broker.ports import free_port
+from ethereal_kafka.broker.ports import held_ports
 
 
 @contextlib.contextmanager
@@ -27,11 +26,5 @@ def refused_address(host: str = "127.0.0.1") -> Iterator[str]:
         host: How the address names the loopback host (`127.0.0.1` or `localhost`); the port is bound on
             127.0.0.1 either way.
     """
-    with socket.socket() as probe:
-        for _ in range(20):
-            with contextlib.suppress(OSError):  # taken since it was picked: pick again
-                probe.bind(("127.0.0.1", free_port()))
-                break
-        else:
-            probe.bind(("127.0.0.1", 0))
-        yield f"{host}:{probe.getsockname()[1]}"
+    with held_ports(1) as [port]:
+        yield f"{host}:{port}"

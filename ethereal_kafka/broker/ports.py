@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["ephemeral_range", "free_port", "pick_ports"]
+__all__ = ["ephemeral_range", "free_port", "held_ports", "pick_ports"]
 
 #: Linux's own default, for systems that do not say (`/proc/sys/net/ipv4/ip_local_port_range`).
 DEFAULT_EPHEMERAL = (32768, 60999)
@@ -50,9 +51,11 @@ def _bound(sock: socket.socket, port: int) -> bool:
     return True
 
 
-def pick_ports(count: int, avoid: frozenset[int] = frozenset()) -> list[int]:
-    """`count` distinct free ports on 127.0.0.1 outside the ephemeral range, none of `avoid` (held together while
-    chosen, so none is handed out twice); from the ephemeral range only when no other port binds."""
+@contextlib.contextmanager
+def held_ports(count: int, avoid: frozenset[int] = frozenset()) -> Iterator[list[int]]:
+    """`count` distinct free ports on 127.0.0.1 outside the ephemeral range, none of `avoid`, bound (never
+    listening: a connect to one is refused, and no other process can bind it) until the block ends; from the
+    ephemeral range only when no other port binds."""
     candidates = _candidates(ephemeral_range())
     with contextlib.ExitStack() as held:
         ports: list[int] = []
@@ -65,6 +68,12 @@ def pick_ports(count: int, avoid: frozenset[int] = frozenset()) -> list[int]:
             else:
                 sock.bind(("127.0.0.1", 0))
             ports.append(int(sock.getsockname()[1]))
+        yield ports
+
+
+def pick_ports(count: int, avoid: frozenset[int] = frozenset()) -> list[int]:
+    """`count` distinct free ports (`held_ports`), let go again for their user to bind."""
+    with held_ports(count, avoid) as ports:
         return ports
 
 

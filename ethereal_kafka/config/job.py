@@ -177,10 +177,10 @@ class JobConfig(Model):
         "auto",
         key="state.backend",
         choices=("auto", "rocksdb", "memory"),
-        doc="Spark state store of stateful operators: auto (per query: memory when all its state is Spark-native "
-        "and evicted by the watermark, such as windows and time-bounded joins; rocksdb for the rest), rocksdb (needed by the framework's operators: "
-        "process functions, rolling aggregates, Python window functions) or memory (Spark-native operators only); "
-        "fixed for a checkpoint's life",
+        doc="Spark state store of stateful operators: auto (per query: memory when all its state is "
+        "Spark-native and evicted by the watermark, such as windows and time-bounded joins; rocksdb for the rest), "
+        "rocksdb (needed by the framework's operators: process functions, rolling aggregates, Python window "
+        "functions) or memory (Spark-native operators only); fixed for a checkpoint's life",
     )
 
     on_user_error: str = setting(

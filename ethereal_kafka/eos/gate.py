@@ -51,8 +51,7 @@ class EpochGate:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._closed = False
-        self._in_flight: dict[str, int] = {}
-        self._since: dict[str, float] = {}
+        self._in_flight: dict[str, tuple[int, float]] = {}  # query: (epoch, when its write began)
         self._last: dict[str, EpochOutcome] = {}
         self._refused: list[tuple[str, int]] = []
         self._held = False
@@ -75,8 +74,7 @@ class EpochGate:
                 raise EpochRefusedError(
                     f"epoch {epoch} of query {query} not started: the job is stopping (it is replayed on restart)"
                 )
-            self._in_flight[query] = epoch
-            self._since[query] = time.monotonic()
+            self._in_flight[query] = (epoch, time.monotonic())
         error: BaseException | None = None
         try:
             yield
@@ -86,7 +84,6 @@ class EpochGate:
         finally:
             with self._cond:
                 self._in_flight.pop(query, None)
-                self._since.pop(query, None)
                 stopped = error is not None and self._interrupting
                 self._last[query] = EpochOutcome(query, epoch, error, stopped)
                 self._cond.notify_all()
@@ -149,15 +146,15 @@ class EpochGate:
     def in_flight(self) -> dict[str, int]:
         """`{query: epoch}` of the epochs writing now."""
         with self._cond:
-            return dict(self._in_flight)
+            return {query: epoch for query, (epoch, _) in self._in_flight.items()}
 
     def longest_in_flight(self) -> tuple[str, int, float] | None:
         """`(query, epoch, seconds)` of the epoch that has been writing the longest, or None when none is."""
         with self._cond:
-            if not self._since:
+            if not self._in_flight:
                 return None
-            query = min(self._since, key=self._since.__getitem__)
-            return query, self._in_flight[query], time.monotonic() - self._since[query]
+            query, (epoch, began) = min(self._in_flight.items(), key=lambda item: item[1][1])
+            return query, epoch, time.monotonic() - began
 
     def last(self) -> dict[str, EpochOutcome]:
         """The last finished epoch of each query."""

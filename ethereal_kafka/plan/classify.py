@@ -47,15 +47,14 @@ def _bounded_by_watermark(operator: str) -> bool:
     return True
 
 
-def state_store_for(frame: DataFrame) -> str:
-    """The state store `state.backend=auto` gives a stateful query (a `state.backend` choice): `memory` when every
-    stateful operator is Spark's own and the watermark bounds its state (windows and session windows, joins with
-    a time condition, deduplication within the watermark), `rocksdb` otherwise (the framework's operators, running
-    aggregates, joins and deduplication on keys alone, any query without a watermark). No data is read."""
-    plan = str(frame._jdf.queryExecution().analyzed().toString())
+def _state_store(plan: str, operators: list[str]) -> str:
+    """The state store `state.backend=auto` gives a stateful query with this analyzed plan (a `state.backend`
+    choice): `memory` when every stateful operator is Spark's own and the watermark bounds its state (windows and
+    session windows, joins with a time condition, deduplication within the watermark), `rocksdb` otherwise (the
+    framework's operators, running aggregates, joins and deduplication on keys alone, any query without a
+    watermark)."""
     if _OWN_STATE.search(plan) or "EventTimeWatermark" not in plan:
         return "rocksdb"
-    operators = (line.strip(" :+-~") for line in plan.splitlines())
     return "memory" if all(_bounded_by_watermark(op) for op in operators) else "rocksdb"
 
 
@@ -67,9 +66,10 @@ def output_mode(stateful: bool, watermarked: bool, requested: str = "auto") -> s
     return "update" if stateful and not watermarked else "append"
 
 
-def classify(frame: DataFrame) -> tuple[Layout, bool, bool]:
+def classify(frame: DataFrame) -> tuple[Layout, bool, bool, str]:
     """Inspect the streaming DataFrame's analyzed logical plan (no data is read): its layout, whether it keeps state
-    between epochs, and whether it declares an event-time watermark."""
+    between epochs, whether it declares an event-time watermark, and the state store `state.backend=auto` gives it
+    (`rocksdb` or `memory`, see `_state_store`)."""
     plan = str(frame._jdf.queryExecution().analyzed().toString())
     operators = [line.strip(" :+-~") for line in plan.splitlines()]
     names = [op.split(" ", 1)[0].lstrip("~") for op in operators if op]
@@ -79,7 +79,7 @@ def classify(frame: DataFrame) -> tuple[Layout, bool, bool]:
     sources = max(1, sum(1 for n in names if _SOURCE.match(n)))
     single = not stateful and not shuffles and sources == 1
     layout = Layout.PARTITION_PRESERVING if single else Layout.SHUFFLING
-    return layout, stateful, "EventTimeWatermark" in names
+    return layout, stateful, "EventTimeWatermark" in names, _state_store(plan, operators)
 
 
 def sources_read(frame: DataFrame) -> set[str]:

@@ -69,7 +69,7 @@ def compile_graph(
             job.query_checkpoint(plan.name) if carried and job is not None else None,
         )
         frame, sinks = bind_sinks(ctx, plan)
-        layout, stateful, _ = classify(frame)
+        layout, stateful, _, store = classify(frame)
         query = Query(
             plan.name,
             sinks,
@@ -80,6 +80,7 @@ def compile_graph(
             watermark_settings(plan.sinks),
             tuple(s.sink for s in plan.sinks if reads_late_data(s)),
             carried,
+            store,
         )
         compiled.append((query, frame))
     return compiled

@@ -45,6 +45,8 @@ class Query:
         late_sinks: The sinks fed by a window's late-data side output (the metrics count their records as late).
         carried_event_time: Ids of the watermark nodes whose inputs' event time the query carries across restarts
             (`plan.event_time`); after each epoch's write the runner posts their observed maxima.
+        state_store: The state store `state.backend=auto` gives the query when it first starts (`rocksdb` or
+            `memory`, `plan.classify`); Spark keeps a checkpoint's store on every restart.
     """
 
     name: str
@@ -56,3 +58,4 @@ class Query:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     late_sinks: tuple[str, ...] = ()
     carried_event_time: tuple[int, ...] = ()
+    state_store: str = "rocksdb"

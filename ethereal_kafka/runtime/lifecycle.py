@@ -253,6 +253,11 @@ class JobLifecycle:
         self.gate.close()
         if not self.gate.wait_idle(self.shutdown_timeout_s, interrupted=self._force):
             log.warning("stopping the other queries with epochs in flight: %s", self.gate.in_flight())
+        self._interrupt_queries()
+
+    def _interrupt_queries(self) -> None:
+        """Stop every active query at once, epochs in flight included (`EpochGate.interrupt` first, so their
+        writes are recorded as interrupted, not failed)."""
         self.gate.interrupt()
         for query in self._queries().values():
             if query.isActive:
@@ -278,10 +283,7 @@ class JobLifecycle:
             f"epoch.stall.timeout.ms={int(self.stall_timeout_s * 1000)}: a task is stuck; the queries were stopped "
             f"and the epoch is replayed when they start again{self.log_hint}"
         )
-        self.gate.interrupt()
-        for active in self._queries().values():
-            if active.isActive:
-                active.stop()
+        self._interrupt_queries()
         raise JobFailedError(line)
 
     def _raise_failure(self, ignore: Callable[[str], bool] = lambda _name: False) -> None:
@@ -348,10 +350,7 @@ class JobLifecycle:
                     reason,
                     ", ".join(f"{q} epoch {e}" for q, e in sorted(interrupted.items())) or "no epoch",
                 )
-                self.gate.interrupt()
-                for query in self._queries().values():
-                    if query.isActive:
-                        query.stop()
+                self._interrupt_queries()
                 break
             self.gate.wait_idle(min(0.2, max(0.0, deadline - time.monotonic())), interrupted=self._force)
         interrupted = {q: e for q, e in interrupted.items() if self._was_interrupted(q, e)}

@@ -244,7 +244,7 @@ def _dataframe_queries(
         }
         if own != dict(sources):
             frame = rebuild(_frames(spark, own))[name]
-        layout, stateful, watermarked = classify(frame)
+        layout, stateful, watermarked, store = classify(frame)
         query = Query(
             name,
             (loaded.sinks[name],),
@@ -252,6 +252,7 @@ def _dataframe_queries(
             layout,
             stateful,
             output_mode(stateful, watermarked, loaded.job.output_mode),
+            state_store=store,
         )
         builds.append((query, frame))
     return builds

@@ -33,7 +33,6 @@ from ethereal_kafka.eos.epoch_writer import EpochWriter
 from ethereal_kafka.eos.ownership import InstanceGuard
 from ethereal_kafka.eos.replay import take_replay_intent
 from ethereal_kafka.errors import EtherealKafkaError, SparkSetupError
-from ethereal_kafka.plan.classify import state_store_for
 from ethereal_kafka.plan.query import Query
 from ethereal_kafka.runtime.admission import EpochSizer
 from ethereal_kafka.runtime.autoscaler import open_autoscaler
@@ -63,7 +62,7 @@ from ethereal_kafka.runtime.source_bounds import bounded_source
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from ethereal_kafka.api.environment import StreamExecutionEnvironment
@@ -244,7 +243,7 @@ def _start(
         else:
             writer = writer.trigger(processingTime=f"{job.trigger_interval_ms} milliseconds")
         # A query reads these settings when it starts (its checkpoint keeps them): set them for this start only.
-        settings = query_start_conf(job, build, pipeline.frames[build.name])
+        settings = query_start_conf(job, build)
         previous = {key: spark.conf.get(key, None) for key in settings}
         for key, value in settings.items():
             spark.conf.set(key, value)
@@ -288,17 +287,16 @@ def wait_initialized(query: StreamingQuery, timeout_s: float = 120.0) -> None:
         time.sleep(0.1)
 
 
-def query_start_conf(job: JobConfig, build: Query, frame: DataFrame) -> dict[str, str]:
+def query_start_conf(job: JobConfig, build: Query) -> dict[str, str]:
     """The session settings `build` starts with: its own (`Query.spark_conf`) and, under `state.backend=auto`, the
-    state store `plan.classify.state_store_for` gives a stateful query. Spark records the store in the query's
+    state store the plan gave a stateful query (`Query.state_store`). Spark records the store in the query's
     checkpoint at its first start and keeps the recorded one on every restart, so a checkpoint keeps its store."""
     from ethereal_kafka.runtime.spark import STATE_STORE_KEY, STATE_STORE_PROVIDERS
 
     settings = dict(build.spark_conf)
     if job.state_backend == "auto" and build.stateful:
-        store = state_store_for(frame)
-        settings[STATE_STORE_KEY] = STATE_STORE_PROVIDERS[store]
-        log.info("query %s: %s state store (state.backend=auto)", build.name, store)
+        settings[STATE_STORE_KEY] = STATE_STORE_PROVIDERS[build.state_store]
+        log.info("query %s: %s state store (state.backend=auto)", build.name, build.state_store)
     return settings
 
 

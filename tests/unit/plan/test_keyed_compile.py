@@ -140,12 +140,15 @@ def test_framework_operators_are_refused_on_the_memory_state_store(spark: SparkS
 
 
 def test_auto_gives_the_memory_store_only_to_state_the_watermark_bounds(spark: SparkSession) -> None:
-    """`state.backend=auto` (`plan.classify.state_store_for`): Spark-native state the watermark evicts runs in
+    """`state.backend=auto` (the store `plan.classify.classify` gives): Spark-native state the watermark evicts runs in
     memory; a running aggregate, a join or deduplication on keys alone, a query without a watermark, or the
     framework's operator (transformWithState), on RocksDB."""
     from pyspark.sql import functions as F
 
-    from ethereal_kafka.plan.classify import state_store_for
+    from ethereal_kafka.plan.classify import classify
+
+    def state_store_for(frame: Any) -> str:
+        return classify(frame)[3]
 
     rate = spark.readStream.format("rate").load()
     timed = rate.withWatermark("timestamp", "1 second")
