@@ -183,6 +183,15 @@ class JobConfig(Model):
         "functions) or memory (Spark-native operators only); fixed for a checkpoint's life",
     )
 
+    operator_chaining: bool = setting(
+        True,
+        key="pipeline.operator.chaining",
+        doc="run an exactly-once, partition-preserving DataStream query made of a Kafka source, Python map/"
+        "flat_map/filter functions and one Kafka sink as one function in its source's read task (no JVM round "
+        "trip between operators, one Python worker per task; docs/performance.md); false runs every operator as "
+        "its own Spark step",
+    )
+
     on_user_error: str = setting(
         "fail",
         key="on.user.error",

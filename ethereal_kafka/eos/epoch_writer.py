@@ -17,6 +17,7 @@ from ethereal_kafka.checkpoint.spark_log import checkpoint_id, epoch_watermark_m
 from ethereal_kafka.config.job import Guarantee
 from ethereal_kafka.connectors.kafka.offsets import Offsets, SourceOffset
 from ethereal_kafka.connectors.kafka.sink import KafkaSink, check_columns
+from ethereal_kafka.eos.chained import hand_over, pickled_chain
 from ethereal_kafka.eos.coordinator import CheckpointCoordinator
 from ethereal_kafka.eos.errors import RecoveryError
 from ethereal_kafka.eos.markers import EpochMarker
@@ -41,6 +42,8 @@ class EpochWriter:
         self.name = query
         self.query = coordinator.queries[query]
         self.plain = KafkaSink(self.query.sinks)
+        chain = self.query.chain
+        self._chain = None if chain is None else pickled_chain(chain)  # pickled once: sent with every epoch
         self._last_end = 0.0
         self._task_rows: list[Any] = []  # the current epoch's sink task summary rows (for epoch listeners)
 
@@ -71,8 +74,9 @@ class EpochWriter:
         epoch = EpochRanges.of(location, batch_id, c.query_sources(self.name))
         ends = list(epoch.per_source)
         c.check_owner()
-        for config in self.query.sinks:
-            check_columns(config, batch)
+        if self.query.chain is None:  # a chained query's rows are its tasks' summaries
+            for config in self.query.sinks:
+                check_columns(config, batch)
         guarantee = c.job.delivery_guarantee
         tasks = skipped = 0
         self._task_rows = []
@@ -115,7 +119,8 @@ class EpochWriter:
         self, batch: DataFrame, batch_id: int, checkpoint: str, epoch: EpochRanges
     ) -> tuple[int, int, int]:
         c = self.coordinator
-        outputs = self.plain.outputs(batch)
+        chain = self.query.chain
+        outputs = self.plain.outputs(batch) if chain is None else self.plain.outputs_for(chain.sink.columns)
         dead_letter_topic = None
         user_dead_letters = False
         if self.query.layout == Layout.PARTITION_PRESERVING:
@@ -149,7 +154,16 @@ class EpochWriter:
             slots=slots,
             transaction_timeout_ms=c.job.transaction_timeout_ms,
         )
-        rows = frame.mapInArrow(lambda it: write_task(write, it), RESULT_SCHEMA).collect()
+        if self._chain is not None:
+            # The source's read tasks are the sink tasks (`eos.chained`): hand them the epoch for this job only.
+            context = batch.sparkSession.sparkContext
+            hand_over(context, self.name, write, self._chain)
+            try:
+                rows = batch.collect()
+            finally:
+                hand_over(context, self.name, None, None)
+        else:
+            rows = frame.mapInArrow(lambda it: write_task(write, it), RESULT_SCHEMA).collect()
         self._task_rows = rows
         ran = sorted(int(r["task"]) for r in rows)
         if ran != list(range(len(slots))):

@@ -476,8 +476,15 @@ def write_task(write: EpochWrite, batches: Iterator[pa.RecordBatch]) -> Iterator
     attempt = context.taskAttemptId() if context is not None else -1
     per_sink = [0] * len(write.outputs)
     task = TransactionalTask(write, index, attempt)
-    committed = task.commit(_count_rows(batches, per_sink))
-    yield pa.RecordBatch.from_pydict(
+    committed = task.commit(count_rows(batches, per_sink))
+    yield summary_batch(index, task, committed, per_sink)
+
+
+def summary_batch(
+    index: int, task: TransactionalTask, committed: bool, per_sink: list[int]
+) -> pa.RecordBatch:
+    """Task `index`'s summary row (`RESULT_SCHEMA`) after `task.commit` returned `committed`."""
+    return pa.RecordBatch.from_pydict(
         {
             "task": pa.array([index], pa.int32()),
             "records": pa.array([task.records if committed else sum(per_sink)], pa.int64()),
@@ -489,7 +496,7 @@ def write_task(write: EpochWrite, batches: Iterator[pa.RecordBatch]) -> Iterator
     )
 
 
-def _count_rows(batches: Iterator[pa.RecordBatch], per_sink: list[int]) -> Iterator[pa.RecordBatch]:
+def count_rows(batches: Iterator[pa.RecordBatch], per_sink: list[int]) -> Iterator[pa.RecordBatch]:
     """Pass the batches through, adding each row to its sink's count (by `__sink` when the query has several)."""
     import pyarrow.compute as pc
 

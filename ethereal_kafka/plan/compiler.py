@@ -26,7 +26,7 @@ from ethereal_kafka.plan.context import CompileContext
 from ethereal_kafka.plan.event_time import carried_watermarks
 from ethereal_kafka.plan.lookup import pin_lookup_tables
 from ethereal_kafka.plan.outputs import bind_sinks
-from ethereal_kafka.plan.query import Query
+from ethereal_kafka.plan.query import Layout, Query
 from ethereal_kafka.plan.sink_groups import group_sinks
 from ethereal_kafka.plan.windows import watermark_settings
 
@@ -68,8 +68,10 @@ def compile_graph(
             carried,
             job.query_checkpoint(plan.name) if carried and job is not None else None,
         )
-        frame, sinks = bind_sinks(ctx, plan)
+        frame, sinks, chain = bind_sinks(ctx, plan)
         layout, stateful, _, store = classify(frame)
+        if not chains(job, layout):
+            chain = None
         query = Query(
             plan.name,
             sinks,
@@ -81,9 +83,23 @@ def compile_graph(
             tuple(s.sink for s in plan.sinks if reads_late_data(s)),
             carried,
             store,
+            chain,
         )
         compiled.append((query, frame))
     return compiled
+
+
+def chains(job: JobConfig | None, layout: Layout) -> bool:
+    """True when a query of `layout` may run chained (`plan.chaining`): exactly-once (whose source read task
+    writes, `eos.chained`), partition-preserving, and `pipeline.operator.chaining` on."""
+    from ethereal_kafka.config.job import Guarantee
+
+    return (
+        job is not None
+        and job.operator_chaining
+        and job.delivery_guarantee == Guarantee.EXACTLY_ONCE
+        and layout == Layout.PARTITION_PRESERVING
+    )
 
 
 def reads_late_data(sink: g.SinkNode) -> bool:

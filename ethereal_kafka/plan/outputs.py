@@ -20,6 +20,7 @@ import pyarrow as pa
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.config.connectors import KafkaSinkConfig
 from ethereal_kafka.connectors.kafka.encoding import SINK_INDEX_COLUMN
+from ethereal_kafka.plan.chaining import ChainedPipeline, chain_of, sink_step
 from ethereal_kafka.plan.conform import describe_origin, source_topics
 from ethereal_kafka.plan.errors import user_error
 from ethereal_kafka.plan.pyfuncs import PyStage, UserFunctionError
@@ -45,8 +46,11 @@ if TYPE_CHECKING:
     from ethereal_kafka.plan.user_errors import OperatorErrors
 
 
-def bind_sinks(ctx: CompileContext, plan: SinkGroup) -> tuple[DataFrame, tuple[KafkaSinkConfig, ...]]:
-    """The query's final DataFrame and its sink connectors (with their key/value columns set).
+def bind_sinks(
+    ctx: CompileContext, plan: SinkGroup
+) -> tuple[DataFrame, tuple[KafkaSinkConfig, ...], ChainedPipeline | None]:
+    """The query's final DataFrame, its sink connectors (with their key/value columns set), and the same query as
+    one chained function when it can run that way (`plan.chaining`; one sink, Python operators only).
 
     Raises:
         GraphError: a sink's formats cannot encode its stream's elements.
@@ -61,7 +65,11 @@ def bind_sinks(ctx: CompileContext, plan: SinkGroup) -> tuple[DataFrame, tuple[K
             stream = main_output(stream)
         key, value = record_columns(stream.frame, stream.fields, configs[0], sink.label)
         frame = stream.frame.select(key.alias("__k0"), *_order(stream.frame), value.alias("__v0"))
-        return frame, (_columns(configs[0], 0),)
+        steps = stream.chained
+        chain = None
+        if steps is not None:
+            chain = chain_of(steps, sink_step(stream.frame, stream.fields, configs[0], frame))
+        return frame, (_columns(configs[0], 0),), chain
     fork = ctx.compile(plan.fork)
     fanned = _fan_out(fork, plan.branches, ctx.sources, ctx.errors_for)
     keys, values = [], []
@@ -72,7 +80,7 @@ def bind_sinks(ctx: CompileContext, plan: SinkGroup) -> tuple[DataFrame, tuple[K
         values.append(value.alias(f"__v{i}"))
     # Column order is the order the exactly-once sink sorts a task's records by: sink, keys, emission, values.
     frame = fanned.select(F.col(SINK_INDEX_COLUMN), *keys, *_order(fanned), *values)
-    return frame, tuple(_columns(c, i) for i, c in enumerate(configs))
+    return frame, tuple(_columns(c, i) for i, c in enumerate(configs)), None
 
 
 def _order(frame: DataFrame) -> list[Column]:

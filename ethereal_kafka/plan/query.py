@@ -11,8 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+
+if TYPE_CHECKING:
+    from ethereal_kafka.plan.chaining import ChainedPipeline
 
 
 class Layout(StrEnum):
@@ -47,6 +51,8 @@ class Query:
             (`plan.event_time`); after each epoch's write the runner posts their observed maxima.
         state_store: The state store `state.backend=auto` gives the query when it first starts (`rocksdb` or
             `memory`, `plan.classify`); Spark keeps a checkpoint's store on every restart.
+        chain: The query as one chained function per task (`plan.chaining`), run by the exactly-once source's read
+            task (`eos.chained`); None when the query runs as its Spark plan.
     """
 
     name: str
@@ -59,3 +65,4 @@ class Query:
     late_sinks: tuple[str, ...] = ()
     carried_event_time: tuple[int, ...] = ()
     state_store: str = "rocksdb"
+    chain: ChainedPipeline | None = field(default=None, compare=False, repr=False)

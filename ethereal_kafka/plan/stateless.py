@@ -11,6 +11,7 @@ import pyarrow as pa
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.watermarks import DEFAULT_TIMESTAMP_FIELD
+from ethereal_kafka.plan.chaining import map_step, source_step
 from ethereal_kafka.plan.conform import source_topics
 from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.event_time import carried_watermark
@@ -41,7 +42,9 @@ def compile_source(ctx: CompileContext, node: g.SourceNode, inputs: list[Stream]
         F.col("offset").alias(OFFSET),
         F.col("timestamp").alias(RECORD_TS),
     )
-    return Stream.of(frame)
+    columns = [(c, c) for c in fields] + [("partition", PART), ("offset", OFFSET), ("timestamp", RECORD_TS)]
+    chain = None if config.pin_tables else (source_step(frame, columns),)
+    return Stream.of(frame, chain=chain, chain_end=frame)
 
 
 @register(g.MapNode)
@@ -68,8 +71,13 @@ def compile_map(ctx: CompileContext, node: g.MapNode, inputs: list[Stream]) -> S
         defaulted=node.kind != "filter" and node.output_type is None,
         on_error=ctx.errors_for(node, stream.positioned),
     )
-    frame = stream.frame.mapInArrow(stage, spark_struct(stage.output_schema()))
-    return stream.with_frame(keep_event_time(stream.frame, frame))
+    frame = keep_event_time(stream.frame, stream.frame.mapInArrow(stage, spark_struct(stage.output_schema())))
+    chain = stream.chained
+    return stream.with_frame(
+        frame,
+        chain=None if chain is None else (*chain, map_step(stage, stream.frame)),
+        chain_end=frame,
+    )
 
 
 def keep_event_time(before: DataFrame, after: DataFrame) -> DataFrame:

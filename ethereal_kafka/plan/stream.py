@@ -23,6 +23,8 @@ class Stream:
         watermarked: A watermark is defined upstream (event-time operators may follow).
         tags: Side outputs carried in `__tag` / `__side_<tag>` columns of `frame`.
         stateful: The frame contains a stateful operator.
+        chain: How `chain_end` was built from the source's read, step by step, in Arrow (`plan.chaining`); it
+            describes this stream only while `frame` is `chain_end` (any other operator makes a new frame).
     """
 
     frame: DataFrame
@@ -32,6 +34,13 @@ class Stream:
     tags: tuple[OutputTag, ...] = ()
     stateful: bool = False
     notes: tuple[str, ...] = field(default=())
+    chain: tuple[Any, ...] | None = field(default=None, compare=False)
+    chain_end: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def chained(self) -> tuple[Any, ...] | None:
+        """The chain that built this stream's frame (`plan.chaining`), None when another operator made it."""
+        return self.chain if self.chain_end is not None and self.chain_end is self.frame else None
 
     @classmethod
     def of(cls, frame: DataFrame, **attrs: Any) -> Stream:

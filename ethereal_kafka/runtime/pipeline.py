@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 
     from ethereal_kafka.api.environment import StreamExecutionEnvironment
     from ethereal_kafka.plan.user_errors import UserErrors
+
+
+log = logging.getLogger(__name__)
 
 
 def is_graph_pipeline(function: Any) -> bool:
@@ -182,8 +186,29 @@ def _graph_pipeline(
             ),
         )
     builds = [query for query, _ in compiled]
-    frames = {query.name: frame for query, frame in compiled}
+    frames = {query.name: _chained_frame(spark, query) or frame for query, frame in compiled}
     return BuiltPipeline(builds, frames, with_query_shapes(plan, _shapes(builds)))
+
+
+def _chained_frame(spark: SparkSession, query: Query) -> DataFrame | None:
+    """The streaming DataFrame of a chained query (`plan.chaining`): its source alone, whose read tasks run the
+    chained function and write (`eos.chained`); None for a query that runs as its Spark plan."""
+    from ethereal_kafka.eos.chained import CHAINED_OPTION
+
+    if query.chain is None:
+        return None
+    (config,) = query.sources
+    log.info(
+        "query %s: chained in its source's read tasks (%s)",
+        query.name,
+        " -> ".join((config.name, *query.chain.labels, *(s.name for s in query.sinks))),
+    )
+    return (
+        spark.readStream.format("ethereal-kafka")
+        .options(**config.to_properties())
+        .option(CHAINED_OPTION, query.name)
+        .load()
+    )
 
 
 def _frames(spark: SparkSession, sources: Mapping[str, KafkaSourceConfig]) -> dict[str, DataFrame]:

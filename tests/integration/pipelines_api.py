@@ -31,6 +31,21 @@ def stateless(env: StreamExecutionEnvironment) -> None:
     )
 
 
+def chained_words(env: StreamExecutionEnvironment) -> None:
+    """`stateless` with Python functions only (flat_map, filter, map): a query the runner chains into its source's
+    read tasks (`plan.chaining`); the output's `ts` is the record's Kafka timestamp as the map sees it."""
+    (
+        env.from_source("lines")
+        .flat_map(_words, output_type="word string, seq long")
+        .filter(lambda e: len(e["word"]) > 2)
+        .map(
+            lambda e: {"key": e["word"], "word": e["word"].upper(), "seq": e["seq"]},
+            "key string, word string, seq long",
+        )
+        .sink_to("words")
+    )
+
+
 def line_lengths(sources: Any) -> dict[str, Any]:
     """A DataFrame pipeline: each line's `seq` and length in characters, keyed by the record's key."""
     lines = sources["lines"]

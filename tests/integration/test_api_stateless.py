@@ -4,6 +4,7 @@ two sinks in one transaction per task, each checked against a plain-Python refer
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +15,15 @@ from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
-from tests.integration.api_helpers import base_ts, feed_events, read_json, read_records, write_api_job
+from tests.integration.api_helpers import (
+    base_ts,
+    by_partition,
+    feed_events,
+    read_json,
+    read_records,
+    write_api_job,
+)
+from tests.integration.eos_helpers import add_poison, check_dead_letters
 from tests.integration.pipelines_api import WINDOW_MS
 
 if TYPE_CHECKING:
@@ -69,6 +78,65 @@ def test_per_element_operators_through_kafka(
     with CheckpointHistory(job.app_id, read_only=True) as history:
         modes = {record.mode for record in history.records()}
     assert modes == {"partition-preserving"}
+
+
+def test_a_chained_query_writes_what_its_spark_plan_writes_byte_for_byte(
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Python functions only between a Kafka source and sink: the query runs chained in its source's read tasks
+    (`plan.chaining`, `eos.chained`) and writes, partition by partition, the same records in the same order as the
+    same job with `pipeline.operator.chaining=false` (each operator its own Spark step); poison records go to the
+    dead-letter topic exactly once in both."""
+    bs = kafka_cluster.bootstrap
+    src = topic_factory(partitions=2)
+    events = _lines(300)
+    feed_events(bs, src, events)
+    add_poison(bs, src, 2, 6)
+    written = {}
+    for chaining in ("true", "false"):
+        dst, dlq = topic_factory(partitions=2), topic_factory(partitions=1)
+        job = write_api_job(
+            tmp_path / chaining,
+            bs,
+            "tests.integration.pipelines_api:chained_words",
+            {
+                "lines": (
+                    src,
+                    "value.format=json\nvalue.schema=seq long, text string, ts long\n"
+                    + f"on.error=dlq\ndlq.topic={dlq}\n",
+                )
+            },
+            {"words": (dst, "value.format=json\nkey.format=string\n")},
+            max_records=70,
+            extra_job=f"pipeline.operator.chaining={chaining}\n",
+        )
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="ethereal_kafka.runtime.pipeline"):
+            assert run_job(job.path).ok
+        chained = [
+            r.getMessage() for r in caplog.records if "chained in its source's read tasks" in r.getMessage()
+        ]
+        assert len(chained) == (1 if chaining == "true" else 0), chained
+        check_dead_letters(bs, src, dlq)
+        written[chaining] = by_partition(bs, dst)
+    got = Counter(
+        ((k or b"").decode(), (v or b"").decode()) for rows in written["true"].values() for k, v in rows
+    )
+    assert got == _expected_words(events)
+    # Two tasks write each output partition at once, so compare what each input partition (seq % 2) wrote to it.
+    per_task = {
+        chaining: {
+            (out, seq % 2): [(k, v) for k, v in rows if json.loads(v or b"{}")["seq"] % 2 == seq % 2]
+            for out, rows in by_out.items()
+            for seq in (0, 1)
+        }
+        for chaining, by_out in written.items()
+    }
+    assert per_task["true"] == per_task["false"]
 
 
 def test_dataframe_queries_run_beside_the_streams_of_a_datastream_job(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import repeat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -200,9 +200,12 @@ class KafkaSink:
 
     def outputs(self, batch: DataFrame) -> tuple[SinkOutput, ...]:
         """Every connector with its key and value serde specs, fixed from the first batch's schema."""
+        return self.outputs_for([(f.name, f.dataType) for f in batch.schema.fields])
+
+    def outputs_for(self, columns: Sequence[tuple[str, Any]]) -> tuple[SinkOutput, ...]:
+        """`outputs` for rows of `columns` (name, Spark type), fixed from the first call."""
         if self._outputs is None:
-            columns = [(f.name, f.dataType) for f in batch.schema.fields]
-            self._outputs = tuple(SinkOutput(c, *sink_specs(c, columns)) for c in self.configs)
+            self._outputs = tuple(SinkOutput(c, *sink_specs(c, list(columns))) for c in self.configs)
         return self._outputs
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
