@@ -14,6 +14,9 @@ other field unchanged; `passthrough`: decoded and encoded unchanged):
 - `spark-jvm`: Spark's own JVM Kafka source and sink (bench/peers_spark.py), at-least-once as Spark's sink is.
 - `ek-eos`, `ek-alo`: ethereal-kafka, a job file (JSON source and sink with the bid's schema, `transform.sql`) run by
   `ethereal-kafka run --available-now` with the project's defaults.
+- `ek-eos-py`: the same job with the map as a Python function of the DataStream API (as a Quix user writes it),
+  which the project's defaults run chained into the source's read tasks (`--ek-setting
+  pipeline.operator.chaining=false` runs each operator as its own Spark step).
 
 Per system, while it runs: a read_committed consumer in this process reads the output (the time of the first and of
 the last expected record, and each bid id's count), and psutil samples the CPU and RSS of the system's whole process
@@ -190,6 +193,47 @@ def write_ethereal_job(folder: Path, run: Run, output: str, app_id: str, guarant
     return folder / "job.properties"
 
 
+def _ethereal_py(run: Run, output: str, name: str) -> list[str]:
+    job = write_ethereal_py_job(run.folder / name, run, output, f"peers-{name}-{run.stamp}")
+    return [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job), "--available-now"]
+
+
+#: The DataStream pipeline of `ek-eos-py`, written beside its job file (whose folder the job imports from).
+_PY_PIPELINE = '''"""bench/peers.py's workload with the DataStream API: a Python map, as a Quix user writes it."""
+
+OUTPUT = "{output}"
+
+
+def _map(bid):
+    bid["price"] = bid["price"] * {factor}
+    return bid
+
+
+def bids(env):
+    stream = env.from_source("bids")
+    if {mapped}:
+        stream = stream.map(_map, OUTPUT)
+    stream.sink_to("out")
+'''
+
+
+def write_ethereal_py_job(folder: Path, run: Run, output: str, app_id: str) -> Path:
+    """`write_ethereal_job` with the map as a Python function of the DataStream API (`bids_pipeline.py`): with
+    the project's defaults the query runs chained into its source's read tasks (`plan.chaining`)."""
+    job = write_ethereal_job(folder, run, output, app_id, "exactly-once")
+    typed = peers_spark.BID_DDL.replace("price bigint", "price double")
+    (folder / "bids_pipeline.py").write_text(
+        _PY_PIPELINE.format(output=typed, factor=PRICE_FACTOR, mapped=run.workload == "map")
+    )
+    (folder / "sink.properties").write_text(
+        f"connector.class=kafka-sink\nname=out\nbootstrap.servers={run.bootstrap}\ntopic={output}\n"
+        "value.format=json\n"
+    )
+    lines = [line for line in job.read_text().splitlines() if not line.startswith("transform.sql=")]
+    job.write_text("\n".join([*lines, "pipeline=bids_pipeline:bids", ""]))
+    return job
+
+
 SYSTEMS: dict[str, System] = {
     "loop-json": System(
         "hand-written confluent-kafka loop, `json`, 2 processes",
@@ -201,6 +245,9 @@ SYSTEMS: dict[str, System] = {
     "spark-jvm": System("Spark's JVM Kafka source+sink", "at-least-once", _spark),
     "ek-eos": System("**ethereal-kafka**", "exactly-once", _ethereal("exactly-once")),
     "ek-alo": System("**ethereal-kafka**", "at-least-once", _ethereal("at-least-once")),
+    "ek-eos-py": System(
+        "**ethereal-kafka**, DataStream API, Python map (chained)", "exactly-once", _ethereal_py
+    ),
     "loop-json-alo": System(
         "hand-written loop, `json`, 2 processes", "at-least-once", _loop("json", "at-least-once")
     ),

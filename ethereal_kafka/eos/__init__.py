@@ -11,7 +11,8 @@ Along an epoch's flow:
   `layout` — a shuffling query's write layout, fixed for its checkpoint's life.
 - `coordinator` — one run's hold on the protocol: start-up, phase two, the epoch history.
 - `epoch_writer` — each epoch's write (`foreachBatch`): `task_plan` (what a sink task needs), `partitioning` (how
-  rows reach sink tasks), `phase_one` (a sink task's transaction), `phase_two` (the epoch commit).
+  rows reach sink tasks), `phase_one` (a sink task's transaction), `phase_two` (the epoch commit); `chained` (a
+  chained query's read tasks as its sink tasks, `plan.chaining`).
 - `dead_letters` — poison records committed with their epoch; `source` — the Kafka source as the runner registers
   it, handing those dead letters to the protocol.
 - `gate` — epochs stop between, never inside, a write; `replay` — reprocessing from an explicit position.

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ethereal_kafka.examples.eos import three_queries
 from tests.integration.connected_jobs import FollowedRuleDetector, Names, limits_and
 from tests.integration.keyed_jobs import slot_timers
-from tests.integration.pipelines_api import counts_two_ways
+from tests.integration.pipelines_api import chained_words, counts_two_ways
 
 if TYPE_CHECKING:
     from ethereal_kafka.api.environment import StreamExecutionEnvironment
@@ -27,10 +27,13 @@ def timers_two_sinks_and_rules(env: StreamExecutionEnvironment) -> None:
 
 
 def both_apis(env: StreamExecutionEnvironment) -> None:
-    """`timers_two_sinks_and_rules`'s four DataStream queries and, added with `env.add_dataframe_pipeline`, the
-    three DataFrame queries of `examples.eos.three_queries` (sources `stateless_in`, `running_total_in`,
-    `windowed_count_in`; sinks `stateless`, `running_total`, `windowed_count`): seven queries in one process."""
+    """`timers_two_sinks_and_rules`'s four DataStream queries, `pipelines_api.chained_words` (Python functions
+    only, chained into its source's read tasks; source `lines` read by a group of its own, sink `words`) and, added
+    with `env.add_dataframe_pipeline`, the three DataFrame queries of `examples.eos.three_queries` (sources
+    `stateless_in`, `running_total_in`, `windowed_count_in`; sinks `stateless`, `running_total`,
+    `windowed_count`): eight queries in one process."""
     timers_two_sinks_and_rules(env)
+    chained_words(env)
     env.add_dataframe_pipeline(three_queries)
 
 

@@ -7,6 +7,7 @@ duplicate or a gap, and with fixed epochs the killed run writes the same bytes a
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -42,11 +43,12 @@ KILLS = 12
 
 
 @pytest.mark.timeout(1800)
-def test_seven_queries_of_both_apis_survive_kills(
+def test_eight_queries_of_both_apis_survive_kills(
     kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
 ) -> None:
-    """One job process, seven queries, SIGKILLed `KILLS` times. DataStream: a keyed process function with state
-    and event-time timers writing a main and a side output; a window written to two sinks by one query; a
+    """One job process, eight queries, SIGKILLed `KILLS` times. DataStream: a keyed process function with state
+    and event-time timers writing a main and a side output; a window written to two sinks by one query; Python
+    functions only, chained into the source's read tasks (`plan.chaining`), over the window's input; a
     `KeyedCoProcessFunction` whose two keyed inputs share a user's state; a `KeyedBroadcastProcessFunction` with
     broadcast rules and event-time timers. DataFrame (`examples.eos.three_queries`, added to the same job): a
     stateless map/filter and a keyed running aggregate, each with poison input sent to dead letters, and an
@@ -64,6 +66,7 @@ def test_seven_queries_of_both_apis_survive_kills(
     # a window into two sinks (`pipelines_api.counts_two_ways`)
     lines_topic = topic_factory(partitions=2)
     counts_topic, flat_topic = topic_factory(partitions=2), topic_factory(partitions=2)
+    words_topic = topic_factory(partitions=2)  # the chained query's (`pipelines_api.chained_words`)
     base = base_ts()
     lines = [
         (i % 2, f"l{i}", {"seq": i, "text": TEXTS[i % len(TEXTS)], "ts": base + i * 400}, base + i * 400)
@@ -110,6 +113,7 @@ def test_seven_queries_of_both_apis_survive_kills(
             "cancelled": (cancelled, json_sink),
             "counts": (counts_topic, "value.format=json\n"),
             "flat": (flat_topic, "value.format=json\n"),
+            "words": (words_topic, json_sink),
             **connected_sinks,
             **frames.sinks,
         },
@@ -177,6 +181,25 @@ def test_seven_queries_of_both_apis_survive_kills(
     print(f"flat: {flat.line(run.kills)}\ncounts: {counts.line(run.kills)}")
     assert (flat.duplicates, flat.lost, flat.unexpected) == (0, 0, 0)
     assert (counts.duplicates, counts.lost, counts.unexpected) == (0, 0, 0)
+
+    # The chained query: every word of every line once, and each input partition's words (seq % 2) in input order.
+    expected_chained = [
+        {"key": w, "word": w.upper(), "seq": v["seq"]}
+        for _, _, v, _ in lines + flush
+        for w in str(v["text"]).split()
+        if len(w) > 2
+    ]
+    words_by_partition = {
+        p: [json.loads(v or b"null") for _, v in rows] for p, rows in by_partition(bs, words_topic).items()
+    }
+    got_words = [w for rows in words_by_partition.values() for w in rows]
+    chained = compare(map(ref.dumps, expected_chained), map(ref.dumps, got_words))
+    print(f"words (chained): {chained.line(run.kills)}")
+    assert (chained.duplicates, chained.lost, chained.unexpected) == (0, 0, 0)
+    for partition, rows in words_by_partition.items():
+        for parity in (0, 1):
+            seqs = [int(w["seq"]) for w in rows if int(w["seq"]) >= 0 and int(w["seq"]) % 2 == parity]
+            assert seqs == sorted(seqs), (partition, parity)
 
     # Connected streams and broadcast state: each output against its reference fed the epochs Spark logged (alerts
     # need each epoch's watermark for the follow-up timers), per key in order, and byte for byte per partition
