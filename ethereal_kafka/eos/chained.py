@@ -31,7 +31,9 @@ from ethereal_kafka.eos.task_plan import EpochWrite
 #: The source option that makes a source read a chained query (its value: the query's name).
 CHAINED_OPTION = "ethereal.chained.query"
 
-Chain = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+#: A chained function (`plan.chaining.ChainedPipeline`): the read's batches in, the sink's rows out, each step's
+#: rows out added to the list it is given.
+Chain = Callable[[Iterable[pa.RecordBatch], list[int]], Iterator[pa.RecordBatch]]
 
 _loaded: dict[str, Chain] = {}  # per worker: the last chained function unpickled, by its property's digest
 
@@ -105,6 +107,7 @@ def chained_task(
                 f"is {slot.marker_topic}[{slot.marker_partition}] up to {slot.marker_offset}; it writes nothing"
             )
     per_sink = [0] * len(write.outputs)
+    steps: list[int] = []
     task = TransactionalTask(write, index, attempt)
-    committed = task.commit(count_rows(chain(read), per_sink))
-    yield summary_batch(index, task, committed, per_sink)
+    committed = task.commit(count_rows(chain(read, steps), per_sink))
+    yield summary_batch(index, task, committed, per_sink, steps)

@@ -62,9 +62,12 @@ T = TypeVar("T")
 #: (`skipped`: an earlier attempt of the epoch committed it, one the history records as failed or interrupted, or a
 #: Spark task attempt that died after its commit), the records of the rows it read through, which are the ones that
 #: attempt committed (a replay recomputes the same rows). `commit_ms`: how long `send_offsets_to_transaction` +
-#: `commit_transaction` of the committing attempt took (null when none did).
+#: `commit_transaction` of the committing attempt took (null when none did). `operator_rows`: a chained query's
+#: rows out of each of its steps in the task (`plan.chaining`; null for an unchained task, whose operators Spark
+#: counts).
 RESULT_SCHEMA = (
-    "task int, records long, skipped int, attempts int, sink_records array<bigint>, commit_ms double"
+    "task int, records long, skipped int, attempts int, sink_records array<bigint>, commit_ms double, "
+    "operator_rows array<bigint>"
 )
 MAX_ATTEMPTS = 6
 
@@ -481,7 +484,11 @@ def write_task(write: EpochWrite, batches: Iterator[pa.RecordBatch]) -> Iterator
 
 
 def summary_batch(
-    index: int, task: TransactionalTask, committed: bool, per_sink: list[int]
+    index: int,
+    task: TransactionalTask,
+    committed: bool,
+    per_sink: list[int],
+    operator_rows: list[int] | None = None,
 ) -> pa.RecordBatch:
     """Task `index`'s summary row (`RESULT_SCHEMA`) after `task.commit` returned `committed`."""
     return pa.RecordBatch.from_pydict(
@@ -492,6 +499,7 @@ def summary_batch(
             "attempts": pa.array([task.attempts], pa.int32()),
             "sink_records": pa.array([per_sink], pa.list_(pa.int64())),
             "commit_ms": pa.array([task.commit_ms if committed else None], pa.float64()),
+            "operator_rows": pa.array([operator_rows], pa.list_(pa.int64())),
         }
     )
 

@@ -38,6 +38,7 @@ _SUMMARY = StructType(
         StructField("attempts", IntegerType()),
         StructField("sink_records", ArrayType(LongType())),
         StructField("commit_ms", DoubleType()),
+        StructField("operator_rows", ArrayType(LongType())),
     ]
 )
 

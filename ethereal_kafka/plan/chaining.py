@@ -113,11 +113,25 @@ class ChainedPipeline:
         """The chained Python operators, in order (for the query's description and logs)."""
         return tuple(s.stage.label for s in self.steps if isinstance(s, MapStep))
 
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(
+        self, batches: Iterable[pa.RecordBatch], counts: list[int] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The sink's rows of `batches`; with `counts`, each step's rows out are added to it as they pass (the
+        source's first, then each Python operator's: the UI's per-operator figures of a chained query)."""
         flow: Iterable[pa.RecordBatch] = batches
-        for step in self.steps:
+        if counts is not None:
+            counts[:] = [0] * len(self.steps)
+        for index, step in enumerate(self.steps):
             flow = step(flow)
+            if counts is not None:
+                flow = _counted(flow, counts, index)
         return self.sink(flow)
+
+
+def _counted(batches: Iterable[pa.RecordBatch], counts: list[int], index: int) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        counts[index] += batch.num_rows
+        yield batch
 
 
 def source_step(frame: DataFrame, columns: Sequence[tuple[str, str]]) -> SourceStep:

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ethereal_kafka.runtime.operator_rows import operator_rows, read_plan
+from ethereal_kafka.runtime.operator_rows import chained_rows, operator_rows, read_plan
 from ethereal_kafka.runtime.spark_progress import streaming_query
 
 if TYPE_CHECKING:
@@ -56,15 +56,20 @@ class OperatorCounter:
         self._failed: set[str] = set()
         self._lock = threading.Lock()
 
-    def __call__(self, query: str, record: EpochRecord, _tasks: Any = ()) -> dict[str, Any] | None:
-        """The epoch's per-operator rows (committed epochs only; None when they cannot be read)."""
+    def __call__(self, query: str, record: EpochRecord, tasks: Any = ()) -> dict[str, Any] | None:
+        """The epoch's per-operator rows (committed epochs only; None when they cannot be read). A chained query's
+        come from its tasks' summary rows (`operator_rows`), as its operators have no Spark nodes."""
         if record.outcome != "committed":
             return None
         try:
-            execution = self._execution(query)
-            if execution is None or int(execution.currentBatchId()) != record.epoch:
-                return None
-            rows = operator_rows(self._description, query, read_plan(execution.executedPlan()))
+            steps = _chained_steps(tasks)
+            if steps is not None:
+                rows = chained_rows(self._description, query, steps)
+            else:
+                execution = self._execution(query)
+                if execution is None or int(execution.currentBatchId()) != record.epoch:
+                    return None
+                rows = operator_rows(self._description, query, read_plan(execution.executedPlan()))
         except Exception as exc:  # figures for people: never fail the epoch
             if query not in self._failed:
                 self._failed.add(query)
@@ -81,3 +86,21 @@ class OperatorCounter:
             if handle is None:
                 handle = self._queries[query] = streaming_query(self._spark, f"{self._app_id}-{query}")
         return handle.lastExecution() if handle is not None else None
+
+
+def _chained_steps(tasks: Any) -> list[int] | None:
+    """A chained query's rows out of each step, summed over the epoch's tasks; None for an unchained query."""
+    sums: list[int] | None = None
+    for task in tasks or ():
+        try:
+            steps = task["operator_rows"]
+        except (KeyError, IndexError, ValueError):
+            return None
+        if steps is None:
+            return None
+        sums = (
+            [int(n) for n in steps]
+            if sums is None
+            else [a + int(b) for a, b in zip(sums, steps, strict=True)]
+        )
+    return sums

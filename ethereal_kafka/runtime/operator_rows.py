@@ -21,6 +21,8 @@ per-record work anywhere) and attributes them to the operators of the graph the 
 - An epoch without new data (run to close windows when the watermark moved) reads an empty `LocalTableScan` in
   place of a source's scan: it counts as that source's anchor (0 rows), so the epoch's figures are 0 rows read and
   what the stateful operators emitted.
+- A chained query (`plan.chaining`) has no Spark node per operator: its read tasks count each step's rows
+  themselves and report them in their summary rows (`chained_rows`).
 """
 
 from __future__ import annotations
@@ -278,6 +280,17 @@ def operator_rows(description: Mapping[str, Any], query: str, plan: PhysicalOp) 
         emitted[nid] = rows_out
         out[nid] = (rows_in, rows_out)
     return out
+
+
+def chained_rows(description: Mapping[str, Any], query: str, steps: Sequence[int]) -> dict[str, Rows]:
+    """`operator_rows` of a chained query (`plan.chaining`: a source, then Python operators in a line) from its
+    steps' rows out (`steps[0]` the source's): operator i's rows in are step i-1's, its rows out step i's. A graph
+    that is not that line (a plan shape the chain does not match) gets no figures."""
+    order = graph_order(description, query)
+    operators = [str(n["id"]) for n in order if n.get("kind") != "source"]
+    if len(order) - len(operators) != 1 or len(operators) != len(steps) - 1:
+        return {nid: (None, None) for nid in operators}
+    return {nid: (steps[i], steps[i + 1]) for i, nid in enumerate(operators)}
 
 
 def _fed_count(

@@ -96,7 +96,7 @@ def test_a_chained_query_writes_what_its_spark_plan_writes_byte_for_byte(
     events = _lines(300)
     feed_events(bs, src, events)
     add_poison(bs, src, 2, 6)
-    written, jobs, outputs = {}, {}, {}
+    written, jobs, outputs, figures = {}, {}, {}, {}
     for chaining in ("true", "false"):
         dst, dlq = topic_factory(partitions=2), topic_factory(partitions=1)
         outputs[chaining] = dst
@@ -125,6 +125,13 @@ def test_a_chained_query_writes_what_its_spark_plan_writes_byte_for_byte(
         assert len(chained) == (1 if chaining == "true" else 0), chained
         check_dead_letters(bs, src, dlq)
         written[chaining] = by_partition(bs, dst)
+        with CheckpointHistory(job.app_id, read_only=True) as history:
+            totals: Counter[tuple[str, int]] = Counter()
+            for record in history.records():
+                for nid, (rows_in, rows_out) in (record.operators or {}).items():
+                    totals[(nid, 0)] += rows_in
+                    totals[(nid, 1)] += rows_out
+        figures[chaining] = totals
     got = Counter(
         ((k or b"").decode(), (v or b"").decode()) for rows in written["true"].values() for k, v in rows
     )
@@ -139,6 +146,8 @@ def test_a_chained_query_writes_what_its_spark_plan_writes_byte_for_byte(
         for chaining, by_out in written.items()
     }
     assert per_task["true"] == per_task["false"]
+    # The UI's per-operator rows: from the chained tasks' own counts, the same as Spark counts unchained.
+    assert len(figures["true"]) == 6 and figures["true"] == figures["false"], figures
 
     # Each checkpoint goes on with the setting switched: same ids and markers, so nothing is lost or repeated.
     more = _lines(500)[300:]

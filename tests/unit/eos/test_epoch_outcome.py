@@ -54,7 +54,7 @@ def writer(monkeypatch: pytest.MonkeyPatch) -> EpochWriter:
     w = object.__new__(EpochWriter)
     w.coordinator = FakeCoordinator(EpochGate())  # type: ignore[assignment]
     w.name = "out"
-    w.query = SimpleNamespace(sinks=(), layout="partition-preserving")  # type: ignore[assignment]
+    w.query = SimpleNamespace(sinks=(), layout="partition-preserving", chain=None)  # type: ignore[assignment]
     w._last_end = 0.0
     w._task_rows = []
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ethereal_kafka.runtime.operator_rows import CARRIER, PhysicalOp, operator_rows, without_carriers
+from ethereal_kafka.runtime.operator_rows import (
+    CARRIER,
+    PhysicalOp,
+    chained_rows,
+    operator_rows,
+    without_carriers,
+)
 
 Q = "late+totals"
 
@@ -156,3 +162,19 @@ def test_an_inputs_event_time_carrier_is_left_out_of_its_union() -> None:
     assert without_carriers((carried,)) == ()
     plain = _windowed_plan(scanned=300, kept=297, emitted=40)
     assert without_carriers((plain,)) == (plain,)
+
+
+def test_a_chained_querys_operators_get_the_rows_its_tasks_counted() -> None:
+    """A chained query (source, then Python operators in a line): operator i's rows in are step i-1's rows out,
+    its rows out step i's; steps that do not line up with the graph give no figure."""
+    nodes = [
+        _node("source:lines", "source", "kafka-source", None),
+        _node("words/1", "flat_map", "python", "words"),
+        _node("words/2", "filter", "python", "words"),
+        _node("sink:words", "sink", "kafka-sink", "words"),
+    ]
+    line = ["source:lines", "words/1", "words/2", "sink:words"]
+    edges = [{"source": a, "target": b, "label": None} for a, b in itertools.pairwise(line)]
+    description = {"queries": [{"name": "words", "sinks": ["words"]}], "nodes": nodes, "edges": edges}
+    assert chained_rows(description, "words", [10, 42, 30]) == {"words/1": (10, 42), "words/2": (42, 30)}
+    assert chained_rows(description, "words", [10, 42]) == {"words/1": (None, None), "words/2": (None, None)}
