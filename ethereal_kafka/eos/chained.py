@@ -16,8 +16,12 @@ the worker.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import json
+import os
 import pickle
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -38,9 +42,11 @@ Chain = Callable[[Iterable[pa.RecordBatch], list[int]], Iterator[pa.RecordBatch]
 _loaded: dict[str, Chain] = {}  # per worker: the last chained function unpickled, by its property's digest
 
 
-def property_keys(query: str) -> tuple[str, str]:
-    """The local properties that carry a chained query's epoch write and its chained function."""
-    return f"ethereal_kafka.chained.{query}.write", f"ethereal_kafka.chained.{query}.chain"
+def property_keys(query: str) -> tuple[str, str, str]:
+    """The local properties that carry a chained query's epoch write, its chained function and the environment of
+    the Python functions Spark makes on the driver (`SparkContext.environment`)."""
+    prefix = f"ethereal_kafka.chained.{query}"
+    return f"{prefix}.write", f"{prefix}.chain", f"{prefix}.environment"
 
 
 def pickled_chain(chain: Any) -> str:
@@ -52,11 +58,41 @@ def pickled_chain(chain: Any) -> str:
 
 def hand_over(context: Any, query: str, write: EpochWrite | None, chain: str | None) -> None:
     """Set (or, with None, clear) the epoch's write and chained function for the read tasks of the jobs this
-    thread runs next (`context`: the SparkContext)."""
-    write_key, chain_key = property_keys(query)
+    thread runs next (`context`: the SparkContext). The context's `environment`, which Spark gives the workers of
+    the Python functions it makes (each set of variables its own workers), goes with them: the source's read
+    workers do not get it, so the chained task sets it for its run (`_environment`)."""
+    write_key, chain_key, env_key = property_keys(query)
     text = None if write is None else base64.b64encode(pickle.dumps(write)).decode("ascii")
+    env = None if write is None else json.dumps(dict(context.environment or {}))
     context.setLocalProperty(write_key, text)
     context.setLocalProperty(chain_key, chain)
+    context.setLocalProperty(env_key, env)
+
+
+@contextlib.contextmanager
+def _environment(query: str) -> Iterator[None]:
+    """The handed-over environment (see `hand_over`) for the `with` block: variables set, `PYTHONPATH`'s folders
+    first on `sys.path`; all as before afterwards (a worker serves other queries' tasks too)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    text = context.getLocalProperty(property_keys(query)[2]) if context is not None else None
+    env: dict[str, str] = json.loads(text) if text else {}
+    saved = {key: os.environ.get(key) for key in env}
+    added = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    os.environ.update(env)
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+        for folder in added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(folder)
 
 
 def _received(query: str) -> tuple[EpochWrite, Chain, int, int]:
@@ -68,7 +104,7 @@ def _received(query: str) -> tuple[EpochWrite, Chain, int, int]:
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    write_key, chain_key = property_keys(query)
+    write_key, chain_key, _ = property_keys(query)
     written = context.getLocalProperty(write_key) if context is not None else None
     chained = context.getLocalProperty(chain_key) if context is not None else None
     if context is None or not written or not chained:
@@ -96,6 +132,13 @@ def chained_task(
         TransactionError: nothing was handed over, or the range is not its slot's (Spark planned the epoch
             otherwise than its offset log says): nothing is written.
     """
+    with _environment(query):
+        yield from _task(query, partition, read)
+
+
+def _task(
+    query: str, partition: KafkaInputPartition, read: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     write, chain, index, attempt = _received(query)
     if 0 <= index < len(write.slots):
         slot = write.slots[index]
