@@ -6,7 +6,8 @@ for a windowed one; constant, not growing, over a 10M-record backlog).
     nice -n 19 .venv/bin/python bench/memory.py --records 0 --lines 300000       # the windowed job only
 
 Stateless: writes `--records` JSON bids (bench/peers.py's input, 2 partitions) as a backlog, then runs the
-bench/peers.py map job (exactly-once, the project's defaults, `--ek-setting` adds job settings) over it with
+bench/peers.py map job (exactly-once, the project's defaults, `--ek-setting` adds job settings; `--api datastream`:
+the map as a DataStream Python function, which runs chained, bench/peers.py's `ek-eos-py`) over it with
 `ethereal-kafka run --available-now`. Windowed (`--lines`, 0 = skipped): the word count example
 (connectors/examples/wordcount-job.properties, exactly-once, tumbling 10 s windows on Spark's state store) over
 `--lines` lines as bench/windowed.py feeds them.
@@ -41,7 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import ROLES, RoleSampler, bench_broker, conclude, uptime
-from peers import PARTITIONS, OutputWatcher, Run, feed, write_ethereal_job
+from peers import PARTITIONS, OutputWatcher, Run, feed, write_ethereal_job, write_ethereal_py_job
 from windowed import EXAMPLES, KEEP, feed_lines
 
 from ethereal_kafka.checkpoint.history import CheckpointHistory
@@ -159,7 +160,10 @@ def stateless(bootstrap: str, folder: Path, args: argparse.Namespace, stamp: str
     print(f"fed {args.records:,} bids (mean value {value_bytes:.0f} B) in {feed_s:.1f} s", flush=True)
     app_id = f"memory-stateless-{stamp}"
     run = Run(bootstrap, source, args.records, "map", stamp, folder, args.ek_setting)
-    job = write_ethereal_job(folder / "stateless", run, output, app_id, "exactly-once")
+    if args.api == "datastream":
+        job = write_ethereal_py_job(folder / "stateless", run, output, app_id)
+    else:
+        job = write_ethereal_job(folder / "stateless", run, output, app_id, "exactly-once")
     watcher = OutputWatcher(bootstrap, output, args.records)
     watcher.start()
     argv = [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job), "--available-now"]
@@ -169,7 +173,7 @@ def stateless(bootstrap: str, folder: Path, args: argparse.Namespace, stamp: str
     curve = consumed_by(app_id, began_ms)
     lost, duplicates = args.records - watcher.unique, watcher.duplicates()
     return {
-        "job": "stateless map (bench/peers.py), exactly-once",
+        "job": f"stateless map (bench/peers.py, {args.api}), exactly-once",
         "records": args.records,
         "feed_s": round(feed_s, 1),
         "exit_code": code,
@@ -261,6 +265,13 @@ def main() -> None:
     parser.add_argument("--step", type=int, default=1_000_000, help="records between two points of the curve")
     parser.add_argument("--lines", type=int, default=0, help="windowed word count input lines (0 = skipped)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one job may take")
+    parser.add_argument(
+        "--api",
+        choices=("sql", "datastream"),
+        default="sql",
+        help="the stateless job's map: transform.sql (ek-eos of bench/peers.py) or a DataStream Python function, "
+        "which runs chained (ek-eos-py)",
+    )
     parser.add_argument(
         "--ek-setting",
         action="append",

@@ -245,9 +245,7 @@ SYSTEMS: dict[str, System] = {
     "spark-jvm": System("Spark's JVM Kafka source+sink", "at-least-once", _spark),
     "ek-eos": System("**ethereal-kafka**", "exactly-once", _ethereal("exactly-once")),
     "ek-alo": System("**ethereal-kafka**", "at-least-once", _ethereal("at-least-once")),
-    "ek-eos-py": System(
-        "**ethereal-kafka**, DataStream API, Python map (chained)", "exactly-once", _ethereal_py
-    ),
+    "ek-eos-py": System("**ethereal-kafka**, DataStream API, Python map", "exactly-once", _ethereal_py),
     "loop-json-alo": System(
         "hand-written loop, `json`, 2 processes", "at-least-once", _loop("json", "at-least-once")
     ),
