@@ -5,7 +5,7 @@
 queries and connectors. Both are pure (no Spark, nothing runs) and return JSON-friendly dicts; the runner records
 the description of every run (`runtime.description`) and the web UI draws it as the stream graph.
 
-Shape: `{"style", "queries": [{"name", "sinks", "sources", "mode", "stateful", "output_mode"}], "nodes": [{"id",
+Shape: `{"style", "queries": [{"name", "sinks", "sources", "mode", "stateful", "output_mode", "chained"}], "nodes": [{"id",
 "query", "kind", "label", "runs", "detail", "name", "uid", "auto", "description", "stateful"}], "edges": [{"source",
 "target", "label"}]}`. An operator's `label` is its name when the pipeline gave one (`DataStream.name`), else what it
 does (`description`: `process FraudDetector`); `uid` is its stable id (`DataStream.uid`, default `auto`, the
@@ -177,13 +177,13 @@ def merged(graph: Description, frames: Description) -> Description:
 
 def with_query_shapes(description: Description, shapes: Mapping[str, Mapping[str, Any]]) -> Description:
     """The description with each query's classification filled in (`{query: {"mode", "stateful",
-    "output_mode"}}`, as the compiler decided it)."""
+    "output_mode", "chained"}}`, as the compiler decided it; `chained`: run in its source's read tasks,
+    `plan.chaining`)."""
     queries = []
     for query in description["queries"]:
         shape = shapes.get(query["name"], {})
-        queries.append(
-            {**query, **{k: v for k, v in shape.items() if k in ("mode", "stateful", "output_mode")}}
-        )
+        keys = ("mode", "stateful", "output_mode", "chained")
+        queries.append({**query, **{k: v for k, v in shape.items() if k in keys}})
     return {**description, "queries": queries}
 
 

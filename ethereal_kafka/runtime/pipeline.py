@@ -330,4 +330,12 @@ def _outputs(loaded: LoadedJob, outputs: Any) -> dict[str, DataFrame]:
 
 
 def _shapes(builds: list[Query]) -> dict[str, dict[str, Any]]:
-    return {b.name: {"mode": b.layout, "stateful": b.stateful, "output_mode": b.output_mode} for b in builds}
+    return {
+        b.name: {
+            "mode": b.layout,
+            "stateful": b.stateful,
+            "output_mode": b.output_mode,
+            "chained": b.chain is not None,
+        }
+        for b in builds
+    }

@@ -13,6 +13,7 @@ import pytest
 
 from ethereal_kafka.checkpoint.history import CheckpointHistory
 from ethereal_kafka.errors import ConfigError
+from ethereal_kafka.runtime.description import read_description
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration.api_helpers import (
@@ -123,6 +124,9 @@ def test_a_chained_query_writes_what_its_spark_plan_writes_byte_for_byte(
             r.getMessage() for r in caplog.records if "chained in its source's read tasks" in r.getMessage()
         ]
         assert len(chained) == (1 if chaining == "true" else 0), chained
+        described = read_description(job.app_id)
+        assert described is not None
+        assert [q.get("chained") for q in described.plan["queries"]] == [chaining == "true"]
         check_dead_letters(bs, src, dlq)
         written[chaining] = by_partition(bs, dst)
         with CheckpointHistory(job.app_id, read_only=True) as history:

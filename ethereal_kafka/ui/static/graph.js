@@ -194,7 +194,8 @@
     const plan = state.plan;
     const els = [];
     for (const q of plan.queries) {
-      const head = `query ${q.name}` + (q.mode ? ` · ${q.mode}` : "") + (q.stateful ? " · stateful" : "");
+      const head = `query ${q.name}` + (q.mode ? ` · ${q.mode}` : "") + (q.stateful ? " · stateful" : "") +
+        (q.chained ? " · chained" : "");
       const extra = figs.query[q.name];
       els.push({ group: "nodes", data: { id: `q:${q.name}`, label: extra ? `${head}\n${extra}` : head, isQuery: 1 } });
     }
