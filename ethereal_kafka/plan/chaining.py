@@ -1,7 +1,7 @@
 """Operator chaining: a partition-preserving query whose operators all run in Python, as one function per task.
 
-A DataStream query made of a Kafka source, per-element Python functions (`map`, `flat_map`, `filter`) and one Kafka
-sink compiles to a Spark plan with a Python step per operator: the source's read, each function's `mapInArrow`, and
+A DataStream query made of a Kafka source, per-element Python functions (`map`, `flat_map`, `filter`, a `key_by`
+selector), `key_by` on fields and one Kafka sink compiles to a Spark plan with a Python step per operator: the source's read, each function's `mapInArrow`, and
 the exactly-once sink's `mapInArrow`. Spark runs each step of a task in a Python worker of its own and converts
 every batch to JVM rows and back between them, so two cores held four or more resident workers and most of the
 job's CPU went into those conversions (docs/performance.md). Flink chains such operators into one task; this module
@@ -59,6 +59,30 @@ class MapStep:
 
 
 @dataclass(frozen=True)
+class KeyStep:
+    """`key_by` on fields: `__key` set from the field (a struct of them for several), as `withColumn` sets it (in
+    place when the stream is keyed already, else last); `schema`: Spark's Arrow types of the keyed stream."""
+
+    fields: tuple[str, ...]
+    schema: pa.Schema
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            names = batch.schema.names
+            columns = [batch.column(names.index(f)) for f in self.fields]
+            key = (
+                columns[0]
+                if len(columns) == 1
+                else pa.StructArray.from_arrays(columns, names=list(self.fields))
+            )
+            if KEY in names:
+                batch = batch.set_column(names.index(KEY), KEY, key)
+            else:
+                batch = batch.append_column(KEY, key)
+            yield batch.cast(self.schema)
+
+
+@dataclass(frozen=True)
 class SinkStep:
     """The sink binding (`plan.outputs.bind_sinks`, one sink): `__k0`, the order columns, `__v0`.
 
@@ -97,7 +121,7 @@ class SinkStep:
             yield pa.RecordBatch.from_arrays(arrays, names=self.schema.names).cast(self.schema)
 
 
-Step = SourceStep | MapStep
+Step = SourceStep | MapStep | KeyStep
 
 
 @dataclass(frozen=True)
@@ -110,8 +134,8 @@ class ChainedPipeline:
 
     @property
     def labels(self) -> tuple[str, ...]:
-        """The chained Python operators, in order (for the query's description and logs)."""
-        return tuple(s.stage.label for s in self.steps if isinstance(s, MapStep))
+        """The chained operators after the source, in order (for logs)."""
+        return tuple(s.stage.label if isinstance(s, MapStep) else "key_by" for s in self.steps[1:])
 
     def __call__(
         self, batches: Iterable[pa.RecordBatch], counts: list[int] | None = None
@@ -142,6 +166,11 @@ def source_step(frame: DataFrame, columns: Sequence[tuple[str, str]]) -> SourceS
 def map_step(stage: PyStage, before: DataFrame) -> MapStep:
     """A Python operator over `before` (its input stream's frame)."""
     return MapStep(stage, arrow_of(before.schema))
+
+
+def key_step(fields: Sequence[str], after: DataFrame) -> KeyStep:
+    """`key_by(fields)`, giving the stream `after`."""
+    return KeyStep(tuple(fields), arrow_of(after.schema))
 
 
 def sink_step(

@@ -11,7 +11,7 @@ import pyarrow as pa
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.watermarks import DEFAULT_TIMESTAMP_FIELD
-from ethereal_kafka.plan.chaining import map_step, source_step
+from ethereal_kafka.plan.chaining import key_step, map_step, source_step
 from ethereal_kafka.plan.conform import source_topics
 from ethereal_kafka.plan.context import CompileContext, register
 from ethereal_kafka.plan.event_time import carried_watermark
@@ -134,7 +134,7 @@ def compile_watermark(ctx: CompileContext, node: g.WatermarkNode, inputs: list[S
     (stream,) = inputs
     strategy = node.strategy
     if strategy.timestamp_assigner is not None:
-        frame = _computed(
+        frame, _ = _computed(
             stream,
             node.label,
             strategy.timestamp_assigner,
@@ -197,8 +197,9 @@ def _computed(
     convert: Any = None,
     topics: str = "",
     on_error: Any = None,
-) -> DataFrame:
-    """Compute hidden column `target` per element with a Python function (mapInArrow)."""
+) -> tuple[DataFrame, PyStage]:
+    """Compute hidden column `target` per element with a Python function (mapInArrow); the frame, and the step for
+    a chain (`plan.chaining`)."""
     arrow = arrow_of(stream.frame.schema)
     hidden = [h for h in stream.hidden() if h != target] + [target]
     types = [arrow.field(h).type if h != target else arrow_type for h in hidden]
@@ -216,7 +217,9 @@ def _computed(
         topics=topics,
         on_error=on_error,
     )
-    return keep_event_time(stream.frame, stream.frame.mapInArrow(stage, spark_struct(stage.output_schema())))
+    return keep_event_time(
+        stream.frame, stream.frame.mapInArrow(stage, spark_struct(stage.output_schema()))
+    ), stage
 
 
 @register(g.KeyByNode)
@@ -225,12 +228,18 @@ def compile_key_by(ctx: CompileContext, node: g.KeyByNode, inputs: list[Stream])
     from pyspark.sql import functions as F
 
     (stream,) = inputs
+    chain = stream.chained
     if node.selector is not None:
         key_type = arrow_struct(f"k {node.key_type}", node.label).field("k").type
         topics = source_topics(node, ctx.sources)
         on_error = ctx.errors_for(node, stream.positioned)
-        frame = _computed(stream, node.label, node.selector, KEY, key_type, topics=topics, on_error=on_error)
-        return stream.with_frame(frame, key_fields=())
+        frame, stage = _computed(
+            stream, node.label, node.selector, KEY, key_type, topics=topics, on_error=on_error
+        )
+        computed = map_step(stage, stream.frame)
+        return stream.with_frame(
+            frame, key_fields=(), chain=None if chain is None else (*chain, computed), chain_end=frame
+        )
     missing = [f for f in node.fields if f not in stream.fields]
     if missing:
         raise GraphError(
@@ -241,7 +250,11 @@ def compile_key_by(ctx: CompileContext, node: g.KeyByNode, inputs: list[Stream])
         if len(node.fields) == 1
         else F.struct(*[F.col(f"`{f}`") for f in node.fields])
     )
-    return stream.with_frame(stream.frame.withColumn(KEY, key), key_fields=node.fields)
+    frame = stream.frame.withColumn(KEY, key)
+    keyed = key_step(node.fields, frame)
+    return stream.with_frame(
+        frame, key_fields=node.fields, chain=None if chain is None else (*chain, keyed), chain_end=frame
+    )
 
 
 @register(g.UnionNode)

@@ -32,16 +32,14 @@ def stateless(env: StreamExecutionEnvironment) -> None:
 
 
 def chained_words(env: StreamExecutionEnvironment) -> None:
-    """`stateless` with Python functions only (flat_map, filter, map): a query the runner chains into its source's
-    read tasks (`plan.chaining`); the output's `ts` is the record's Kafka timestamp as the map sees it."""
+    """`stateless` with Python functions and `key_by` only (flat_map, filter, key_by a field, map): a query the
+    runner chains into its source's read tasks (`plan.chaining`); each record is keyed by its word (lower case)."""
     (
         env.from_source("lines")
         .flat_map(_words, output_type="word string, seq long")
         .filter(lambda e: len(e["word"]) > 2)
-        .map(
-            lambda e: {"key": e["word"], "word": e["word"].upper(), "seq": e["seq"]},
-            "key string, word string, seq long",
-        )
+        .key_by("word")
+        .map(lambda e: {"word": e["word"].upper(), "seq": e["seq"]}, "word string, seq long")
         .sink_to("words")
     )
 

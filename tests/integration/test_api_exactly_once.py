@@ -184,7 +184,7 @@ def test_eight_queries_of_both_apis_survive_kills(
 
     # The chained query: every word of every line once, and each input partition's words (seq % 2) in input order.
     expected_chained = [
-        {"key": w, "word": w.upper(), "seq": v["seq"]}
+        {"word": w.upper(), "seq": v["seq"]}
         for _, _, v, _ in lines + flush
         for w in str(v["text"]).split()
         if len(w) > 2

@@ -125,3 +125,22 @@ def test_a_chain_must_start_at_its_source(spark: SparkSession) -> None:
     sink = sink_step(frame, ("text",), _sink(**{"value.format": "string"}), frame.select("text", "seq"))
     assert chain_of(None, sink) is None
     assert chain_of((source_step(frame, columns),), None) is None
+
+
+def test_key_by_fields_sets_the_key_as_spark_does(spark: SparkSession) -> None:
+    """`key_by` on one field, on two (a struct), and again on a keyed stream (the key replaced in place)."""
+    from pyspark.sql import functions as F
+
+    from ethereal_kafka.plan.chaining import key_step
+    from ethereal_kafka.plan.schema import KEY
+
+    frame = spark.createDataFrame([("x", 1, 0), ("y", 2, 1)], f"a string, b long, {PART} int")
+    one = frame.withColumn(KEY, F.col("a"))
+    two = frame.withColumn(KEY, F.struct(F.col("a"), F.col("b")))
+    again = one.withColumn(KEY, F.col("b"))
+    for before, after, fields in ((frame, one, ("a",)), (frame, two, ("a", "b")), (one, again, ("b",))):
+        step = key_step(fields, after)
+        got = pa.Table.from_batches(list(step(before.toArrow().to_batches())))
+        want = after.toArrow()
+        assert got.schema.names == want.schema.names, fields
+        assert got.cast(want.schema).to_pylist() == want.to_pylist(), fields
