@@ -187,7 +187,7 @@ class JobConfig(Model):
         True,
         key="pipeline.operator.chaining",
         doc="run an exactly-once, partition-preserving DataStream query made of a Kafka source, Python map/"
-        "flat_map/filter functions and one Kafka sink as one function in its source's read task (no JVM round "
+        "flat_map/filter functions, key_by and one Kafka sink as one function in its source's read task (no JVM round "
         "trip between operators, one Python worker per task; docs/performance.md); false runs every operator as "
         "its own Spark step",
     )
