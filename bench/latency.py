@@ -47,7 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import TreeCpu, bench_broker, conclude, drained, percentiles, uptime
-from peers import PARTITIONS, OutputWatcher, Run, write_ethereal_job
+from peers import PARTITIONS, OutputWatcher, Run, write_ethereal_job, write_ethereal_py_job
 
 from ethereal_kafka.connectors.kafka.topics import create_topic
 
@@ -62,6 +62,7 @@ class Target:
     name: str
     label: str
     trigger_ms: int
+    api: str = "sql"  # ethereal-kafka's map: `transform.sql`, or a DataStream Python function (runs chained)
 
 
 class LatencyReader(OutputWatcher):
@@ -108,9 +109,11 @@ def command(target: Target, run: Run, output: str) -> list[str]:
     settings = Run(
         **{**run.__dict__, "ek_settings": [f"trigger.interval.ms={target.trigger_ms}", *run.ek_settings]}
     )
-    job = write_ethereal_job(
-        run.folder / target.name, settings, output, f"latency-{target.name}-{run.stamp}", "exactly-once"
-    )
+    app_id = f"latency-{target.name}-{run.stamp}"
+    if target.api == "datastream":
+        job = write_ethereal_py_job(run.folder / target.name, settings, output, app_id)
+    else:
+        job = write_ethereal_job(run.folder / target.name, settings, output, app_id, "exactly-once")
     return [sys.executable, "-m", "ethereal_kafka.cli", "run", str(job)]
 
 
@@ -302,6 +305,12 @@ def main() -> None:
     )
     parser.add_argument("--pause", type=float, default=3, help="seconds between two systems")
     parser.add_argument(
+        "--api",
+        choices=("sql", "datastream"),
+        default="sql",
+        help="ethereal-kafka's map: transform.sql, or a DataStream Python function, which runs chained",
+    )
+    parser.add_argument(
         "--ek-setting",
         action="append",
         default=[],
@@ -309,9 +318,8 @@ def main() -> None:
         help="added to the job file (repeatable)",
     )
     args = parser.parse_args()
-    targets = [
-        Target(f"ek-{ms}", "**ethereal-kafka**", int(ms)) for ms in args.triggers.split(",") if ms.strip()
-    ]
+    label = "**ethereal-kafka**" + (", DataStream Python map (chained)" if args.api == "datastream" else "")
+    targets = [Target(f"ek-{ms}", label, int(ms), args.api) for ms in args.triggers.split(",") if ms.strip()]
     if not args.no_loop:
         targets.append(Target("loop-json", "hand-written loop, `json`, 2 processes", 0))
     up = uptime()
