@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from pyspark.sql.types import ArrayType, DoubleType, IntegerType, LongType, StructField, StructType
 from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from ethereal_kafka import faults
@@ -65,9 +66,16 @@ T = TypeVar("T")
 #: `commit_transaction` of the committing attempt took (null when none did). `operator_rows`: a chained query's
 #: rows out of each of its steps in the task (`plan.chaining`; null for an unchained task, whose operators Spark
 #: counts).
-RESULT_SCHEMA = (
-    "task int, records long, skipped int, attempts int, sink_records array<bigint>, commit_ms double, "
-    "operator_rows array<bigint>"
+RESULT_SCHEMA = StructType(
+    [
+        StructField("task", IntegerType()),
+        StructField("records", LongType()),
+        StructField("skipped", IntegerType()),
+        StructField("attempts", IntegerType()),
+        StructField("sink_records", ArrayType(LongType())),
+        StructField("commit_ms", DoubleType()),
+        StructField("operator_rows", ArrayType(LongType())),
+    ]
 )
 MAX_ATTEMPTS = 6
 

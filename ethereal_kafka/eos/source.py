@@ -13,34 +13,14 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.types import (
-    ArrayType,
-    DoubleType,
-    IntegerType,
-    LongType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import StructType
 
-from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.dead_letters import DeadLetter
 from ethereal_kafka.connectors.kafka.decoding import SourceLayout
 from ethereal_kafka.connectors.kafka.source import KafkaDataSource, KafkaInputPartition, KafkaStreamReader
 from ethereal_kafka.eos.chained import CHAINED_OPTION, chained_task
 from ethereal_kafka.eos.dead_letters import DeadLetterReport, leave
-
-#: `phase_one.RESULT_SCHEMA`, the rows of a chained query's source.
-_SUMMARY = StructType(
-    [
-        StructField("task", IntegerType()),
-        StructField("records", LongType()),
-        StructField("skipped", IntegerType()),
-        StructField("attempts", IntegerType()),
-        StructField("sink_records", ArrayType(LongType())),
-        StructField("commit_ms", DoubleType()),
-        StructField("operator_rows", ArrayType(LongType())),
-    ]
-)
+from ethereal_kafka.eos.phase_one import RESULT_SCHEMA
 
 
 class ExactlyOnceStreamReader(KafkaStreamReader):
@@ -84,13 +64,12 @@ class ExactlyOnceKafkaSource(KafkaDataSource):
     def _chained(self) -> str | None:
         return dict(self.options).get(CHAINED_OPTION)
 
-    def _layout(self) -> SourceLayout:
-        options = {k: v for k, v in dict(self.options).items() if k != CHAINED_OPTION}
-        return SourceLayout.from_config(KafkaSourceConfig.from_properties(options, source="source options"))
+    def _properties(self) -> dict[str, str]:
+        return {k: v for k, v in dict(self.options).items() if k != CHAINED_OPTION}
 
     def schema(self) -> StructType:
         """The connector's columns, or a chained query's summary rows (`phase_one.RESULT_SCHEMA`)."""
-        return _SUMMARY if self._chained() is not None else super().schema()
+        return RESULT_SCHEMA if self._chained() is not None else super().schema()
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """The micro-batch reader (driver side); a chained query's reads write (`eos.chained`)."""

@@ -43,7 +43,7 @@ class SourceStep:
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         names = [out for _, out in self.columns]
         for batch in batches:
-            arrays = [batch.column(batch.schema.get_field_index(src)) for src, _ in self.columns]
+            arrays = [batch.column(src) for src, _ in self.columns]
             yield pa.RecordBatch.from_arrays(arrays, names=names).cast(self.schema)
 
 
@@ -68,17 +68,14 @@ class KeyStep:
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            names = batch.schema.names
-            columns = [batch.column(names.index(f)) for f in self.fields]
+            columns = [batch.column(f) for f in self.fields]
             key = (
                 columns[0]
                 if len(columns) == 1
                 else pa.StructArray.from_arrays(columns, names=list(self.fields))
             )
-            if KEY in names:
-                batch = batch.set_column(names.index(KEY), KEY, key)
-            else:
-                batch = batch.append_column(KEY, key)
+            at = batch.schema.get_field_index(KEY)
+            batch = batch.set_column(at, KEY, key) if at >= 0 else batch.append_column(KEY, key)
             yield batch.cast(self.schema)
 
 
@@ -105,19 +102,10 @@ class SinkStep:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            names = batch.schema.names
-
-            def column(name: str, batch: pa.RecordBatch = batch, names: list[str] = names) -> pa.Array:
-                return batch.column(names.index(name))
-
-            key = column(self.key) if self.key is not None else pa.nulls(batch.num_rows, pa.binary())
-            if self.struct:
-                value: pa.Array = pa.StructArray.from_arrays(
-                    [column(n) for n in self.value], names=list(self.value)
-                )
-            else:
-                value = column(self.value[0])
-            arrays = [key, *[column(n) for n in self.order], value]
+            key = batch.column(self.key) if self.key is not None else pa.nulls(batch.num_rows, pa.binary())
+            values = [batch.column(n) for n in self.value]
+            value = pa.StructArray.from_arrays(values, names=list(self.value)) if self.struct else values[0]
+            arrays = [key, *[batch.column(n) for n in self.order], value]
             yield pa.RecordBatch.from_arrays(arrays, names=self.schema.names).cast(self.schema)
 
 

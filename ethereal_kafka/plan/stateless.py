@@ -72,12 +72,7 @@ def compile_map(ctx: CompileContext, node: g.MapNode, inputs: list[Stream]) -> S
         on_error=ctx.errors_for(node, stream.positioned),
     )
     frame = keep_event_time(stream.frame, stream.frame.mapInArrow(stage, spark_struct(stage.output_schema())))
-    chain = stream.chained
-    return stream.with_frame(
-        frame,
-        chain=None if chain is None else (*chain, map_step(stage, stream.frame)),
-        chain_end=frame,
-    )
+    return stream.chained_into(frame, map_step(stage, stream.frame))
 
 
 def keep_event_time(before: DataFrame, after: DataFrame) -> DataFrame:
@@ -228,7 +223,6 @@ def compile_key_by(ctx: CompileContext, node: g.KeyByNode, inputs: list[Stream])
     from pyspark.sql import functions as F
 
     (stream,) = inputs
-    chain = stream.chained
     if node.selector is not None:
         key_type = arrow_struct(f"k {node.key_type}", node.label).field("k").type
         topics = source_topics(node, ctx.sources)
@@ -236,10 +230,7 @@ def compile_key_by(ctx: CompileContext, node: g.KeyByNode, inputs: list[Stream])
         frame, stage = _computed(
             stream, node.label, node.selector, KEY, key_type, topics=topics, on_error=on_error
         )
-        computed = map_step(stage, stream.frame)
-        return stream.with_frame(
-            frame, key_fields=(), chain=None if chain is None else (*chain, computed), chain_end=frame
-        )
+        return stream.chained_into(frame, map_step(stage, stream.frame), key_fields=())
     missing = [f for f in node.fields if f not in stream.fields]
     if missing:
         raise GraphError(
@@ -251,10 +242,7 @@ def compile_key_by(ctx: CompileContext, node: g.KeyByNode, inputs: list[Stream])
         else F.struct(*[F.col(f"`{f}`") for f in node.fields])
     )
     frame = stream.frame.withColumn(KEY, key)
-    keyed = key_step(node.fields, frame)
-    return stream.with_frame(
-        frame, key_fields=node.fields, chain=None if chain is None else (*chain, keyed), chain_end=frame
-    )
+    return stream.chained_into(frame, key_step(node.fields, frame), key_fields=node.fields)
 
 
 @register(g.UnionNode)

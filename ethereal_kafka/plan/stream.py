@@ -67,6 +67,14 @@ class Stream:
         """The hidden columns present, in frame order."""
         return [c for c in self.frame.columns if is_hidden(c)]
 
+    def chained_into(self, frame: DataFrame, step: Any, **changes: Any) -> Stream:
+        """`with_frame(frame)` for an operator that has an Arrow step (`plan.chaining`): the chain goes on with
+        `step` when this stream's frame is its chain's end; else there is none."""
+        chain = self.chained
+        return self.with_frame(
+            frame, chain=None if chain is None else (*chain, step), chain_end=frame, **changes
+        )
+
     def with_frame(self, frame: DataFrame, **changes: Any) -> Stream:
         """The same shape over another frame (fields recomputed from it)."""
         return replace(

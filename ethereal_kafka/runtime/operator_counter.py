@@ -92,10 +92,7 @@ def _chained_steps(tasks: Any) -> list[int] | None:
     """A chained query's rows out of each step, summed over the epoch's tasks; None for an unchained query."""
     sums: list[int] | None = None
     for task in tasks or ():
-        try:
-            steps = task["operator_rows"]
-        except (KeyError, IndexError, ValueError):
-            return None
+        steps = task["operator_rows"]
         if steps is None:
             return None
         sums = (

@@ -48,9 +48,10 @@ def is_graph_pipeline(function: Any) -> bool:
     return params == ["env"]
 
 
-def source_frame(spark: SparkSession, config: KafkaSourceConfig) -> DataFrame:
-    """The streaming DataFrame of one Kafka source connector."""
-    return spark.readStream.format("ethereal-kafka").options(**config.to_properties()).load()
+def source_frame(spark: SparkSession, config: KafkaSourceConfig, **options: str) -> DataFrame:
+    """The streaming DataFrame of one Kafka source connector (`options`: the source's own, beside the
+    connector's properties)."""
+    return spark.readStream.format("ethereal-kafka").options(**config.to_properties(), **options).load()
 
 
 @dataclass(frozen=True)
@@ -203,12 +204,7 @@ def _chained_frame(spark: SparkSession, query: Query) -> DataFrame | None:
         query.name,
         " -> ".join((config.name, *query.chain.labels, *(s.name for s in query.sinks))),
     )
-    return (
-        spark.readStream.format("ethereal-kafka")
-        .options(**config.to_properties())
-        .option(CHAINED_OPTION, query.name)
-        .load()
-    )
+    return source_frame(spark, config, **{CHAINED_OPTION: query.name})
 
 
 def _frames(spark: SparkSession, sources: Mapping[str, KafkaSourceConfig]) -> dict[str, DataFrame]:

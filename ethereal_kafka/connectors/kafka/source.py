@@ -114,8 +114,12 @@ class KafkaDataSource(DataSource):
         """The format name Spark knows this source by."""
         return "ethereal-kafka"
 
+    def _properties(self) -> dict[str, str]:
+        """The options that are connector properties (a subclass may hold options of its own)."""
+        return dict(self.options)
+
     def _layout(self) -> SourceLayout:
-        config = KafkaSourceConfig.from_properties(dict(self.options), source="source options")
+        config = KafkaSourceConfig.from_properties(self._properties(), source="source options")
         return SourceLayout.from_config(config)
 
     def schema(self) -> StructType:

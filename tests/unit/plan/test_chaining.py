@@ -120,11 +120,21 @@ def test_a_sink_binding_spark_would_cast_is_not_chained(spark: SparkSession) -> 
     assert step is not None and not step.struct and step.value == ("name",)
 
 
-def test_a_chain_must_start_at_its_source(spark: SparkSession) -> None:
+def test_a_chain_must_start_at_its_source_and_end_at_a_sink(spark: SparkSession) -> None:
+    from pyspark.sql import functions as F
+
     _, frame, columns = _source(spark)
-    sink = sink_step(frame, ("text",), _sink(**{"value.format": "string"}), frame.select("text", "seq"))
-    assert chain_of(None, sink) is None
-    assert chain_of((source_step(frame, columns),), None) is None
+    config = _sink(**{"value.format": "string"})
+    bound = frame.select(F.lit(None).cast("binary").alias("__k0"), PART, OFFSET, F.col("text").alias("__v0"))
+    sink = sink_step(frame, ("text",), config, bound)
+    assert sink is not None
+    source = source_step(frame, columns)
+    assert isinstance(chain_of((source,), sink), ChainedPipeline)
+    assert chain_of(None, sink) is None  # another operator ended the chain
+    assert chain_of((), sink) is None
+    assert chain_of((source,), None) is None  # a binding Spark would cast
+    stage = PyStage("map#1", "map", dict, ("text",), arrow_struct("text string", "m"), (), ())
+    assert chain_of((map_step(stage, frame.select(F.col("text"))),), sink) is None  # no source first
 
 
 def test_key_by_fields_sets_the_key_as_spark_does(spark: SparkSession) -> None:
