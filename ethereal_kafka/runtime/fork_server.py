@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, NoReturn
 
-from ethereal_kafka.runtime.fork_client import LENGTH, REPLY
+from ethereal_kafka.runtime.fork_client import LENGTH, LET_GO, REPLY
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ PRELOAD: tuple[str, ...] = (
 )
 #: Longest time a connected client may take to send its request.
 REQUEST_TIMEOUT_S = 10.0
+#: What the driver writes on the server's standard input to end the planner daemons (`ForkServer.release_planners`).
+RELEASE_PLANNERS = b"p"
 
 
 def launcher_script(python: str, client: str, socket_path: str, modules: tuple[str, ...]) -> str:
@@ -131,6 +133,26 @@ class ForkServer:
     @property
     def socket_path(self) -> Path:
         return self.folder / "fork-server.sock"
+
+    def release_planners(self) -> bool:
+        """Have the server end the data source planners' daemons (and their planners) it forked; returns whether
+        the word reached it.
+
+        Spark plans a streaming query's Python source once per query start (`create_data_source` when the query's
+        DataFrame is made, `plan_data_source_read` at its first epoch), yet keeps a daemon per planner module
+        resident for the session's life, and its last planner for a minute: ~80 MB each, a fifth of a stateless
+        job's memory. Call once every query has run an epoch. The launcher Spark holds for each daemon stays
+        (`fork_client.LET_GO`); when a later start plans again, Spark finds the daemon's port closed, stops that
+        launcher and starts a daemon again (two warnings in Spark's log), forked from this server as before.
+        """
+        if self.process.stdin is None or self.process.poll() is not None:
+            return False
+        try:
+            self.process.stdin.write(RELEASE_PLANNERS)
+            self.process.stdin.flush()
+        except OSError:
+            return False
+        return True
 
     def close(self) -> None:
         """Stop the server (its children are ended with it) and delete its folder. Idempotent; never raises."""
@@ -184,6 +206,13 @@ def running_launcher() -> str | None:
     if _running is None or _running.process.poll() is not None:
         return None
     return str(_running.launcher)
+
+
+def release_planners() -> bool:
+    """`ForkServer.release_planners` on this process's running server; False when none runs."""
+    if _running is None:
+        return False
+    return _running.release_planners()
 
 
 def session_launcher() -> str | None:
@@ -339,6 +368,8 @@ def serve(listener: socket.socket, parent: IO[bytes]) -> None:
     selector.register(wake_r, selectors.EVENT_READ, "reap")
     selector.register(parent, selectors.EVENT_READ, "parent")
     children: dict[int, socket.socket] = {}
+    modules: dict[int, str] = {}  # each child's module
+    released: set[int] = set()  # children ended on the driver's word: their clients get LET_GO
     while True:
         for key, _ in selector.select():
             if key.data == "accept":
@@ -363,6 +394,7 @@ def serve(listener: socket.socket, parent: IO[bytes]) -> None:
                 for fd in fds:
                     os.close(fd)
                 children[pid] = conn
+                modules[pid] = request.argv[1]
                 selector.register(conn, selectors.EVENT_READ, pid)
                 try:
                     conn.sendall(REPLY.pack(pid))
@@ -372,11 +404,17 @@ def serve(listener: socket.socket, parent: IO[bytes]) -> None:
                 with contextlib.suppress(OSError):
                     while os.read(wake_r, 512):
                         pass
-                _reap(children, selector)
+                _reap(children, selector, modules, released)
             elif key.data == "parent":
-                if not os.read(parent.fileno(), 4096):
+                words = os.read(parent.fileno(), 4096)
+                if not words:
                     _end_all(children, selector)
                     return
+                if RELEASE_PLANNERS in words:
+                    for pid in [p for p, m in modules.items() if m == PLANNER_DAEMON and p not in released]:
+                        released.add(pid)
+                        # pyspark.daemon ends its planners (its own process group) and exits.
+                        _end_child(pid, signal.SIGTERM)
             else:  # a client's connection: it only ever closes (its process ended): so does its child
                 pid = key.data
                 with contextlib.suppress(OSError):
@@ -390,6 +428,12 @@ def _name_process(name: str) -> None:
     """Set this process's name (Linux `prctl(PR_SET_NAME)`, 15 bytes at most); nothing where it is unavailable."""
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)
+
+
+def _become_subreaper() -> None:
+    """Linux `prctl(PR_SET_CHILD_SUBREAPER)`: orphaned descendants become this process's children."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 
 
 def _fileno(selector: selectors.BaseSelector) -> int:
@@ -418,7 +462,13 @@ def _end_child(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
-def _reap(children: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:
+def _reap(
+    children: dict[int, socket.socket],
+    selector: selectors.BaseSelector,
+    modules: dict[int, str] | None = None,
+    released: set[int] | None = None,
+) -> None:
+    """Collect ended children; each one's client gets its exit status, or `LET_GO` for one of `released`."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -427,12 +477,17 @@ def _reap(children: dict[int, socket.socket], selector: selectors.BaseSelector) 
         if pid == 0:
             return
         conn = children.pop(pid, None)
+        if modules is not None:
+            modules.pop(pid, None)
+        let_go = released is not None and pid in released
+        if released is not None:
+            released.discard(pid)
         if conn is None:
             continue
         with contextlib.suppress(KeyError, ValueError):
             selector.unregister(conn)
         with contextlib.suppress(OSError):
-            conn.sendall(REPLY.pack(_exit_code(status)))
+            conn.sendall(REPLY.pack(LET_GO if let_go else _exit_code(status)))
         conn.close()
 
 
@@ -444,6 +499,9 @@ def main(argv: list[str]) -> None:
     listener.bind(path)
     listener.listen(64)
     _name_process(SERVER_NAME)
+    # Orphans of the children come here to be reaped (`_reap`): a planner daemon let go leaves its planners to
+    # end after it, and one left unreaped would look alive to the JVM, which would hand its connection out again.
+    _become_subreaper()
     missing = preload(tuple(argv[1:]))
     if missing:
         log.debug("fork server: not preloaded: %s", missing)

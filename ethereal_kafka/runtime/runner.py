@@ -54,6 +54,7 @@ from ethereal_kafka.runtime.logs import (
 from ethereal_kafka.runtime.metrics import JobMetrics
 from ethereal_kafka.runtime.operator_counter import OperatorCounter
 from ethereal_kafka.runtime.pipeline import build_pipeline
+from ethereal_kafka.runtime.planners import planner_release
 from ethereal_kafka.runtime.preflight import require_preflight
 from ethereal_kafka.runtime.restarts import RestartTracker
 from ethereal_kafka.runtime.run_metrics import RunMetrics, open_metrics
@@ -215,6 +216,7 @@ def _start(
     for observer in observers:
         observer.watch(coordinator, description)
     EpochSizer(job, bookkeeping.set_epoch_budget if bookkeeping is not None else None).watch(coordinator)
+    coordinator.epoch_listeners.append(planner_release(build.name for build in builds))
     autoscaler = open_autoscaler(spark, job, bookkeeping, coordinator.gate)
     queries = {}
     for build in builds:

@@ -248,3 +248,56 @@ def test_a_temporary_folder_that_cannot_run_the_launcher_leaves_spark_its_own_wa
     monkeypatch.setattr(fork_server.os, "statvfs", NoExec)
     monkeypatch.setattr(fork_server, "_running", None)
     assert fork_server.session_launcher() is None
+
+
+def _planner_daemons(server_pid: int) -> list[int]:
+    """The server's children that run a data source planner daemon (named by `fork_server.PROCESS_NAMES`)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+        state, parent = rest.split()[:2]
+        if int(parent) == server_pid and name == "planner-daemon" and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_the_planner_daemons_let_go_after_a_start_come_back_when_a_query_plans_again(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """`release_planners` ends the daemons Spark keeps for planning Python sources; Spark starts them again
+    (through the server) when the next query plans, and that query runs."""
+    assert fork_server._running is not None
+    server = fork_server._running.process.pid
+    spark.dataSource.register(_WhereSource)
+
+    def run_one(n: int) -> None:
+        where = tmp_path / f"where{n}"
+        query = (
+            spark.readStream.format("fork_where")
+            .option("path", str(where))
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / f"checkpoint{n}"))
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        assert Path(f"{where}.worker").exists(), f"query {n} ran no epoch"
+
+    run_one(1)
+    assert _planner_daemons(server), "planning the query left no planner daemon to let go"
+    assert fork_server.release_planners()
+    deadline = time.monotonic() + 10
+    while _planner_daemons(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _planner_daemons(server), "the planner daemons outlived their release"
+    run_one(2)
+    assert _planner_daemons(server), "the second query planned without the server's daemons"
