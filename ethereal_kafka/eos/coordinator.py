@@ -100,6 +100,9 @@ class CheckpointCoordinator:
         self.epoch_annotators: list[Callable[[str, EpochRecord, list[Any]], Mapping[str, Any] | None]] = []
         #: Told `(query, record, the sink tasks' summary rows)` after each epoch outcome is recorded (the web UI).
         self.epoch_listeners: list[Callable[[str, EpochRecord, list[Any]], None]] = []
+        #: Told `(query, epoch)` when a query's writer starts an epoch: Spark has planned the epoch's reads by then
+        #: (`runtime.planners`).
+        self.epoch_begin_listeners: list[Callable[[str, int], None]] = []
         #: Every writer's epochs pass through it; the runner closes it to stop between epochs.
         self.gate = EpochGate()
         self.phase_two = PhaseTwo(job.transaction_timeout_ms, self.check_owner)
@@ -333,6 +336,15 @@ class CheckpointCoordinator:
             if tps and marker_committed(source, tps, EpochMarker(self.app_id, checkpoint, epoch, ranges)):
                 return True
         return False
+
+    def begin(self, query: str, epoch: int) -> None:
+        """Tell `epoch_begin_listeners` that `query`'s writer starts `epoch`; their failures are logged, never an
+        epoch's."""
+        for listener in self.epoch_begin_listeners:
+            try:
+                listener(query, epoch)
+            except Exception:
+                log.exception("epoch begin listener failed on epoch %s of %s", epoch, query)
 
     def record(self, entry: EpochRecord, query: str = "", tasks: Sequence[Any] = ()) -> None:
         """Let `epoch_annotators` add their figures to an epoch outcome, append it to the checkpoint history (when

@@ -54,6 +54,7 @@ class EpochWriter:
             EpochRefusedError: the job is stopping (`coordinator.gate` is closed); nothing was written.
         """
         c = self.coordinator
+        c.begin(self.name, batch_id)
         pause = c.job.min_pause_between_epochs_ms / 1000 - (time.monotonic() - self._last_end)
         if self._last_end and pause > 0:
             c.gate.pause(pause)

@@ -216,7 +216,7 @@ def _start(
     for observer in observers:
         observer.watch(coordinator, description)
     EpochSizer(job, bookkeeping.set_epoch_budget if bookkeeping is not None else None).watch(coordinator)
-    coordinator.epoch_listeners.append(planner_release(build.name for build in builds))
+    coordinator.epoch_begin_listeners.append(planner_release(build.name for build in builds))
     autoscaler = open_autoscaler(spark, job, bookkeeping, coordinator.gate)
     queries = {}
     for build in builds:

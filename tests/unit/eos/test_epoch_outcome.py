@@ -29,6 +29,7 @@ class FakeCoordinator:
         self.app_id = "app"
         self.job = SimpleNamespace(delivery_guarantee="exactly-once", min_pause_between_epochs_ms=0)
         self.recorded: list[EpochRecord] = []
+        self.begun: list[tuple[str, int]] = []
 
     def location(self, _query: str) -> str:
         return "/nowhere"
@@ -38,6 +39,9 @@ class FakeCoordinator:
 
     def check_owner(self) -> None:
         pass
+
+    def begin(self, query: str, epoch: int) -> None:
+        self.begun.append((query, epoch))
 
     def record(self, entry: EpochRecord, _query: str = "", _tasks: Any = ()) -> None:
         self.recorded.append(entry)
@@ -71,6 +75,7 @@ def test_a_write_that_raises_is_recorded_failed(writer: EpochWriter) -> None:
     (entry,) = writer.coordinator.recorded  # type: ignore[attr-defined]
     assert (entry.epoch, entry.outcome, entry.outcome_detail) == (3, "failed", "failed")
     assert not writer.coordinator.gate.last()["out"].interrupted
+    assert writer.coordinator.begun == [("out", 3)], "the epoch's begin was told before its write"  # type: ignore[attr-defined]
 
 
 def test_a_write_the_runner_stopped_is_recorded_interrupted_not_failed(
