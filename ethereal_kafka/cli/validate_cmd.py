@@ -2,11 +2,12 @@
 
 Runs the checks `run` runs before Spark starts (`runtime.preflight`): keys and values, schemas, the `kafka.*`
 settings (judged by librdkafka), the pipeline module and function, and the connector names the pipeline uses.
-Then, for a job whose files pass, it plans the job as `run` would (`preflight.plan_problems`: the pipeline called
+Then, for a job whose files pass, it plans the job as `run` would (`preflight.planned`: the pipeline called
 and its graph compiled into Spark queries, none started, no broker contacted), on one local SparkSession for all
 the files (started only when a job gets that far; `--no-plan` skips the step and Spark). With `--connect` it also
 asks each cluster whether it answers and has every topic. Every problem is one `error:` line naming the file it
-comes from.
+comes from. With `--against APP` it also compares each job's stateful operators with APP's last run on this host
+(`plan.evolution`): whether the new version can resume APP's state, one line per operator.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ethereal_kafka.config import load_connector, load_job, validate_file
 from ethereal_kafka.config.properties import load_properties
 from ethereal_kafka.errors import ConfigError, EtherealKafkaError
-from ethereal_kafka.runtime.preflight import connector_problems, plan_problems, preflight, topic_problems
+from ethereal_kafka.runtime.preflight import connector_problems, planned, preflight, topic_problems
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,6 +40,12 @@ def register(sub: Any) -> None:
         type=float,
         default=10.0,
         help="with --connect: seconds a cluster may take to answer (default 10)",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="APP",
+        help="also say whether each job can resume APP's state: its stateful operators matched by uid against "
+        "APP's last run on this host (carried, new, dropped, changed), and its sink.tasks; exit 1 when not",
     )
     parser.add_argument(
         "--no-plan",
@@ -70,17 +77,37 @@ class _Planner:
     def __init__(self) -> None:
         self._spark: SparkSession | None = None
 
-    def problems(self, path: str) -> list[str]:
-        """The planner's problems with job file `path` (`plan_problems`); none for a connector file.
+    def planned(self, path: str) -> tuple[list[str], dict[str, Any] | None]:
+        """The planner's problems with job file `path` (`preflight.planned`), and the job's description when it
+        plans; `([], None)` for a connector file.
 
         Raises:
             ConfigError: the job file does not load (it did for the offline checks, so this is unexpected).
         """
         if "connector.class" in load_properties(path):
-            return []
+            return [], None
         if self._spark is None:
             self._spark = _session()
-        return plan_problems(load_job(path), self._spark)
+        return planned(load_job(path), self._spark)
+
+
+def against(app_id: str, path: str, plan: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """`(lines, problems)` of resuming app `app_id` with job file `path` planned as `plan` (`plan.evolution`): a
+    line per stateful operator and change, each problem (what blocks the resume) one line naming the file."""
+    from ethereal_kafka.plan.evolution import compare
+    from ethereal_kafka.runtime.description import description_path, read_description
+
+    last = read_description(app_id)
+    if last is None:
+        return [], [f"{path}: no run of app {app_id!r} recorded on this host ({description_path(app_id)})"]
+    old_tasks = last.config.get("job", {}).get("sink.tasks")
+    new_tasks = load_job(path).job.sink_tasks
+    findings = compare(last.plan, plan, None if old_tasks is None else int(old_tasks), new_tasks)
+    lines = [f"{path}: against {app_id}: {f.verdict} {f.line}" for f in findings if not f.blocking]
+    problems = [f"{path}: against {app_id}: {f.verdict} {f.line}" for f in findings if f.blocking]
+    if not findings:
+        lines.append(f"{path}: against {app_id}: no stateful operator in either version")
+    return lines, problems
 
 
 #: Where `validate` leaves the log of the Spark session it plans jobs on (under the cache folder).
@@ -112,17 +139,25 @@ def run(args: argparse.Namespace) -> int:
     """Validate every file; print `FILE: ok (...)` per good file and one `error:` line per problem; exit 1 if any
     file has a problem."""
     failed = 0
+    if args.against and args.no_plan:
+        print("error: --against compares the planned jobs: it cannot go with --no-plan", file=sys.stderr)
+        return 2
     planner = None if args.no_plan else _Planner()
     for path in args.files:
+        lines: list[str] = []
         try:
             summary = validate_file(path)
             problems = problems_of(path, args.connect, args.timeout)
             if not problems and planner is not None:
-                problems = planner.problems(path)
+                problems, plan = planner.planned(path)
+                if not problems and plan is not None and args.against:
+                    lines, problems = against(args.against, path, plan)
         except ConfigError as exc:
             problems = [str(exc)]
         except EtherealKafkaError as exc:  # Spark did not start (`SparkSetupError`): the job is not judged
             problems = [f"{path}: the job could not be planned: {exc} (--no-plan skips planning)"]
+        for line in lines:
+            print(line)
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         if problems:

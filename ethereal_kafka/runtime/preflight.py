@@ -13,7 +13,7 @@ Each check returns problems as lines, each naming the file it comes from:
   `transaction.timeout.ms` (`runtime.source_bounds.bound_problems`);
 - with `connect`, that the brokers answer and every source, sink, table and dead-letter topic exists.
 
-`plan_problems` goes one step further, for `validate` (unless `--no-plan`): it plans the job as `run` does
+`planned` goes one step further, for `validate` (unless `--no-plan`): it plans the job as `run` does
 (`runtime.pipeline.build_pipeline`: the graph compiled into Spark queries, nothing started), on a SparkSession the
 caller provides, so every refusal of the planner (an operator misuse, a missing `output_type`) and every exception
 of the user's code while the graph is built is found before `run`.
@@ -247,11 +247,11 @@ def built_graph_problems(loaded: LoadedJob, function: Any) -> list[str]:
     return []
 
 
-def plan_problems(loaded: LoadedJob, spark: SparkSession) -> list[str]:
+def planned(loaded: LoadedJob, spark: SparkSession) -> tuple[list[str], dict[str, Any] | None]:
     """Plan the job on `spark` as `run` does (`build_pipeline`: the pipeline called, its graph compiled into
-    queries; no query starts, no broker is contacted) and return the planner's refusal as one line naming the
-    pipeline's file, or what the user's code raised while building as one line naming its file and line; empty
-    when the job plans.
+    queries; no query starts, no broker is contacted). Returns the planner's refusal as one line naming the
+    pipeline's file, or what the user's code raised while building as one line naming its file and line (empty when
+    the job plans), and the job's description (`plan.describe`) when it plans, else None.
 
     Called by `validate` once `preflight` found nothing. Never raises for a problem of the job.
     """
@@ -262,13 +262,13 @@ def plan_problems(loaded: LoadedJob, spark: SparkSession) -> list[str]:
     # PySpark logs an analysis error (a JSON line with the JVM's stack) before raising it: the one line is ours.
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
     try:
-        build_pipeline(spark, loaded, loaded.sources)
+        pipeline = build_pipeline(spark, loaded, loaded.sources)
     except EtherealKafkaError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return [f"{_pipeline_file(loaded)}: {first} (job {loaded.path})"]
+        return [f"{_pipeline_file(loaded)}: {first} (job {loaded.path})"], None
     except Exception as exc:
-        return [raised_line(exc, loaded)]
-    return []
+        return [raised_line(exc, loaded)], None
+    return [], pipeline.plan
 
 
 def raised_line(exc: BaseException, loaded: LoadedJob) -> str:

@@ -1,0 +1,134 @@
+"""Whether a new version of a job can resume an app's state: its stateful operators matched by uid against the
+app's last run.
+
+`compare` reads two job descriptions (`plan.describe`: the app's last run as `runtime.description` recorded it, and
+the new job file's as it plans) and says, per stateful operator (window, rolling aggregate, process function, join,
+broadcast process): *carried* (same uid, same kind of state), *new* (starts empty), *dropped* (its state would be
+lost), or *changed* (its state cannot be read by the new operator: another kind, another engine, another query,
+another window assigner, aggregate, join or time mode). Spark keeps each query's state in the query's checkpoint in
+the order of its stateful operators, so a stateful operator added to a query that already keeps state is refused
+too, as is a changed `sink.tasks` (the output layout is fixed for a job's life, `eos.layout`). An operator whose
+uid is its graph position (`kind#id`, no `.uid()`) is named: inserting an operator before it would change its uid.
+
+Pure: no Spark, no files; `validate --against APP` (`cli.validate_cmd`) prints the findings. What is not compared
+(it is not recorded): the state variables a process function declares in `open()` and their types, the key's type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ethereal_kafka.plan.describe import SPARK, Description
+
+#: Verdicts of `Finding`.
+CARRIED, NEW, DROPPED, CHANGED, NO_UID, LAYOUT = "carried", "new", "dropped", "changed", "no-uid", "layout"
+
+#: Per kind of stateful operator, the `detail` fields whose change makes the old state unreadable.
+STATE_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "window": ("assigner", "function"),
+    "join": ("how", "left_key", "right_key", "on"),
+    "rolling": ("kind",),
+    "process": ("time_mode",),
+    "coprocess": ("time_mode",),
+    "broadcast_process": ("keyed",),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the comparison.
+
+    Attributes:
+        verdict: One of `CARRIED`, `NEW`, `DROPPED`, `CHANGED`, `NO_UID`, `LAYOUT`.
+        uid: The operator's uid ("" for a job-wide finding).
+        line: What it means, for people (one line, no file name).
+        blocking: The new version cannot resume the app's checkpoint as it is.
+    """
+
+    verdict: str
+    uid: str
+    line: str
+    blocking: bool
+
+
+def compare(
+    old: Description, new: Description, old_sink_tasks: int | None = None, new_sink_tasks: int | None = None
+) -> list[Finding]:
+    """The findings of resuming `old`'s state with `new` (see the module docstring): the old operators in their
+    order, then the new ones, then the layout; `*_sink_tasks` None leaves the layout out."""
+    before, after = _stateful(old), _stateful(new)
+    kept_queries = {n["query"] for n in before.values()}
+    findings: list[Finding] = []
+    for uid, was in before.items():
+        now = after.get(uid)
+        what = _what(was)
+        if now is None:
+            findings.append(
+                Finding(DROPPED, uid, f"{what}: not in the new version, its state would be lost", True)
+            )
+            continue
+        changes = _changes(was, now)
+        if changes:
+            text = "; ".join(changes)
+            findings.append(Finding(CHANGED, uid, f"{what}: {text}: its state cannot be carried", True))
+        else:
+            findings.append(Finding(CARRIED, uid, f"{what}: state carried", False))
+    for uid, node in after.items():
+        if uid in before:
+            continue
+        if node["query"] in kept_queries:
+            line = (
+                f"{_what(node)}: new, in query {node['query']} which already keeps state: Spark's checkpoint "
+                "of that query cannot take another stateful operator"
+            )
+            findings.append(Finding(NEW, uid, line, True))
+        else:
+            findings.append(Finding(NEW, uid, f"{_what(node)}: new, starts with empty state", False))
+    for uid, node in after.items():
+        if node.get("auto"):
+            line = (
+                f"{_what(node)} has no uid of its own ({uid} is its position in the graph): an operator added "
+                "before it changes that uid; give it .uid(...)"
+            )
+            findings.append(Finding(NO_UID, uid, line, False))
+    if old_sink_tasks is not None and new_sink_tasks is not None and old_sink_tasks != new_sink_tasks:
+        line = (
+            f"sink.tasks {old_sink_tasks} -> {new_sink_tasks}: the output layout is fixed for a job's life "
+            "(replay into a new checkpoint to change it)"
+        )
+        findings.append(Finding(LAYOUT, "", line, True))
+    return findings
+
+
+def _stateful(description: Description) -> dict[str, Mapping[str, Any]]:
+    """The stateful operators of a description by uid, in their order."""
+    return {str(n["uid"]): n for n in description.get("nodes", ()) if n.get("stateful") and n.get("uid")}
+
+
+def _what(node: Mapping[str, Any]) -> str:
+    return f"{node['uid']} ({node['kind']} in query {node['query']})"
+
+
+def _changes(was: Mapping[str, Any], now: Mapping[str, Any]) -> Sequence[str]:
+    """What changed between two versions of one operator that its state depends on."""
+    out = []
+    for field in ("kind", "runs", "query"):
+        if was.get(field) != now.get(field):
+            out.append(f"{field} {was.get(field)} -> {now.get(field)}")
+    if was.get("kind") == now.get("kind"):
+        before, after = was.get("detail") or {}, now.get("detail") or {}
+        for field in STATE_FIELDS.get(str(now.get("kind")), ()):
+            old_value, new_value = before.get(field), after.get(field)
+            if field == "function" and now.get("runs") != SPARK:
+                # A framework window keeps what its kind of function accumulates (a reduced element, an
+                # AggregateFunction's accumulator, the elements): another function of the same kind may read it.
+                old_value, new_value = _first_word(old_value), _first_word(new_value)
+            if old_value != new_value:
+                out.append(f"{field} {before.get(field)} -> {after.get(field)}")
+    return out
+
+
+def _first_word(value: object) -> object:
+    return value.split(" ", 1)[0] if isinstance(value, str) else value

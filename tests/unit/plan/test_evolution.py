@@ -1,0 +1,133 @@
+"""`plan.evolution.compare`: a new version's stateful operators against an app's last run, by uid (the real
+descriptions of a run: `tests/integration/test_evolution.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ethereal_kafka.plan.evolution import CARRIED, CHANGED, DROPPED, LAYOUT, NEW, NO_UID, compare
+
+
+def _node(
+    uid: str, kind: str = "rolling", query: str = "out", auto: bool = False, **detail: Any
+) -> dict[str, Any]:
+    runs = detail.pop("runs", "framework")
+    return {
+        "id": f"{query}/{uid}",
+        "query": query,
+        "kind": kind,
+        "runs": runs,
+        "detail": detail,
+        "uid": uid,
+        "auto": auto,
+        "stateful": True,
+    }
+
+
+def _plan(*nodes: dict[str, Any]) -> dict[str, Any]:
+    stateless = {
+        "id": "out/map#1",
+        "query": "out",
+        "kind": "map",
+        "uid": "map#1",
+        "auto": True,
+        "stateful": False,
+    }
+    return {"nodes": [stateless, *nodes]}
+
+
+def _verdicts(findings: list[Any]) -> list[tuple[str, str, bool]]:
+    return [(f.verdict, f.uid, f.blocking) for f in findings]
+
+
+def test_the_same_operators_carry_their_state_whatever_else_changed() -> None:
+    old = _plan(
+        _node("totals", kind="rolling"),
+        _node("windows", kind="window", assigner="tumbling 10 s", function="reduce add"),
+    )
+    new = _plan(
+        _node("totals", kind="rolling"),
+        _node("windows", kind="window", assigner="tumbling 10 s", function="reduce add_and_log"),
+    )
+    assert _verdicts(compare(old, new, 2, 2)) == [(CARRIED, "totals", False), (CARRIED, "windows", False)]
+
+
+def test_a_dropped_operator_and_a_changed_one_block_with_what_changed() -> None:
+    old = _plan(
+        _node("totals", kind="rolling", runs="framework"),
+        _node("w", kind="window", runs="spark-native", assigner="tumbling 10 s", function="agg count(1)"),
+        _node(
+            "j",
+            kind="join",
+            query="joined",
+            how="inner",
+            left_key=["a"],
+            right_key=["a"],
+            on="window tumbling 10 s",
+        ),
+    )
+    new = _plan(
+        _node(
+            "w",
+            kind="window",
+            runs="spark-native",
+            assigner="tumbling 10 s",
+            function="agg count(1), sum(price)",
+        ),
+        _node(
+            "j",
+            kind="join",
+            query="joined",
+            how="left",
+            left_key=["a"],
+            right_key=["a"],
+            on="window tumbling 10 s",
+        ),
+    )
+    findings = compare(old, new)
+    assert _verdicts(findings) == [(DROPPED, "totals", True), (CHANGED, "w", True), (CHANGED, "j", True)]
+    assert "agg count(1) -> agg count(1), sum(price)" in findings[1].line
+    assert "how inner -> left" in findings[2].line
+
+
+def test_a_new_operator_starts_empty_unless_its_query_already_keeps_state() -> None:
+    old = _plan(_node("totals", query="out"))
+    new = _plan(_node("totals", query="out"), _node("more", query="out"), _node("elsewhere", query="alerts"))
+    assert _verdicts(compare(old, new)) == [
+        (CARRIED, "totals", False),
+        (NEW, "more", True),
+        (NEW, "elsewhere", False),
+    ]
+
+
+def test_an_operator_moved_to_another_engine_or_query_is_changed() -> None:
+    old = _plan(
+        _node("w", kind="window", runs="spark-native", assigner="tumbling 10 s", function="agg count(1)")
+    )
+    engine = _plan(
+        _node("w", kind="window", runs="framework", assigner="tumbling 10 s", function="agg count(1)")
+    )
+    query = _plan(
+        _node(
+            "w",
+            kind="window",
+            runs="spark-native",
+            query="other",
+            assigner="tumbling 10 s",
+            function="agg count(1)",
+        )
+    )
+    assert "runs spark-native -> framework" in compare(old, engine)[0].line
+    assert "query out -> other" in compare(old, query)[0].line
+
+
+def test_a_position_uid_is_named_and_a_changed_sink_tasks_blocks() -> None:
+    old = _plan(_node("rolling#4", auto=True))
+    new = _plan(_node("rolling#4", auto=True))
+    findings = compare(old, new, 2, 3)
+    assert _verdicts(findings) == [
+        (CARRIED, "rolling#4", False),
+        (NO_UID, "rolling#4", False),
+        (LAYOUT, "", True),
+    ]
+    assert "sink.tasks 2 -> 3" in findings[2].line
