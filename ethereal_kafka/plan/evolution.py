@@ -7,7 +7,8 @@ broadcast process): *carried* (same uid, same kind of state), *new* (starts empt
 lost), or *changed* (its state cannot be read by the new operator: another kind, another engine, another query,
 another window assigner, aggregate, join or time mode). Spark keeps each query's state in the query's checkpoint in
 the order of its stateful operators, so a stateful operator added to a query that already keeps state is refused
-too, as is a changed `sink.tasks` (the output layout is fixed for a job's life, `eos.layout`). An operator whose
+too, as is a changed `sink.tasks` (the output layout is fixed for a job's life, `eos.layout`) and a moved watermark of
+a query that carries its inputs' event time (kept by graph position, `plan.event_time`). An operator whose
 uid is its graph position (`kind#id`, no `.uid()`) is named: inserting an operator before it would change its uid.
 
 Pure: no Spark, no files; `validate --against APP` (`cli.validate_cmd`) prints the findings. What is not compared
@@ -24,6 +25,7 @@ from ethereal_kafka.plan.describe import SPARK, Description
 
 #: Verdicts of `Finding`.
 CARRIED, NEW, DROPPED, CHANGED, NO_UID, LAYOUT = "carried", "new", "dropped", "changed", "no-uid", "layout"
+WATERMARKS = "watermarks"
 
 #: Per kind of stateful operator, the `detail` fields whose change makes the old state unreadable.
 STATE_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -93,6 +95,7 @@ def compare(
                 "before it changes that uid; give it .uid(...)"
             )
             findings.append(Finding(NO_UID, uid, line, False))
+    findings += _moved_watermarks(old, new)
     if old_sink_tasks is not None and new_sink_tasks is not None and old_sink_tasks != new_sink_tasks:
         line = (
             f"sink.tasks {old_sink_tasks} -> {new_sink_tasks}: the output layout is fixed for a job's life "
@@ -100,6 +103,58 @@ def compare(
         )
         findings.append(Finding(LAYOUT, "", line, True))
     return findings
+
+
+def _moved_watermarks(old: Description, new: Description) -> list[Finding]:
+    """A query that carries its inputs' event time across restarts (`plan.event_time`: two or more watermarks, none
+    with idleness) keeps each input's largest event time in its checkpoint by the watermark's place in the graph
+    (its node id). A new version whose watermarks sit at other places would resume each input from another one's
+    event time, so a moved watermark blocks."""
+    before, after = _carried_watermarks(old), _carried_watermarks(new)
+    findings = []
+    for query, marks in before.items():
+        now = after.get(query, {})
+        if now == marks:
+            continue
+        was = ", ".join(f"{i} {w}" for i, w in sorted(marks.items()))
+        becomes = ", ".join(f"{i} {w}" for i, w in sorted(now.items())) or "none carried"
+        line = (
+            f"query {query} keeps its inputs' event time by watermark position, and the watermarks moved "
+            f"({was} -> {becomes}): a restart would resume an input from another one's event time; keep them "
+            "where they were, or replay into a fresh checkpoint"
+        )
+        findings.append(Finding(WATERMARKS, "", line, True))
+    return findings
+
+
+def _carried_watermarks(description: Description) -> dict[str, dict[str, str]]:
+    """Per query that carries event time: `{graph node id: "on SOURCES (TIMESTAMP)"}` of its watermarks."""
+    nodes = {n["id"]: n for n in description.get("nodes", ())}
+    inputs: dict[str, list[str]] = {}
+    for edge in description.get("edges", ()):
+        inputs.setdefault(edge["target"], []).append(edge["source"])
+
+    def sources(nid: str, seen: set[str]) -> set[str]:
+        if nid in seen:
+            return set()
+        seen.add(nid)
+        if nid.startswith("source:"):
+            return {nid.removeprefix("source:")}
+        return set().union(*(sources(i, seen) for i in inputs.get(nid, ())))
+
+    per_query: dict[str, dict[str, str]] = {}
+    for nid, node in nodes.items():
+        if node.get("kind") == "watermark" and node.get("query"):
+            where = ", ".join(sorted(sources(nid, set()))) or "?"
+            detail = node.get("detail") or {}
+            per_query.setdefault(node["query"], {})[nid.rsplit("/", 1)[-1]] = (
+                f"on {where} ({detail.get('timestamp')}, idleness {detail.get('idleness_ms')})"
+            )
+    return {
+        q: marks
+        for q, marks in per_query.items()
+        if len(marks) >= 2 and all("idleness None)" in w for w in marks.values())
+    }
 
 
 def _stateful(description: Description) -> dict[str, Mapping[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ethereal_kafka.plan.evolution import CARRIED, CHANGED, DROPPED, LAYOUT, NEW, NO_UID, compare
+from ethereal_kafka.plan.evolution import CARRIED, CHANGED, DROPPED, LAYOUT, NEW, NO_UID, WATERMARKS, compare
 
 
 def _node(
@@ -131,3 +131,34 @@ def test_a_position_uid_is_named_and_a_changed_sink_tasks_blocks() -> None:
         (LAYOUT, "", True),
     ]
     assert "sink.tasks 2 -> 3" in findings[2].line
+
+
+def _marks(*where: tuple[int, str], idleness: int | None = None) -> dict[str, Any]:
+    """A query `joined` with a watermark per input, `where`: (graph node id, source)."""
+    nodes, edges = [], []
+    for nid, source in where:
+        nodes.append(
+            {
+                "id": f"joined/{nid}",
+                "query": "joined",
+                "kind": "watermark",
+                "detail": {"timestamp": "ts", "idleness_ms": idleness},
+                "uid": f"watermark#{nid}",
+                "auto": True,
+                "stateful": False,
+            }
+        )
+        edges.append({"source": f"source:{source}", "target": f"joined/{nid}", "label": None})
+    return {"nodes": nodes, "edges": edges}
+
+
+def test_watermarks_that_carry_event_time_must_stay_where_they_were() -> None:
+    old = _marks((2, "orders"), (5, "payments"))
+    assert compare(old, _marks((2, "orders"), (5, "payments"))) == []
+    swapped = compare(old, _marks((2, "payments"), (5, "orders")))
+    assert _verdicts(swapped) == [(WATERMARKS, "", True)]
+    assert "2 on orders (ts, idleness None), 5 on payments" in swapped[0].line
+    assert _verdicts(compare(old, _marks((3, "orders"), (6, "payments")))) == [(WATERMARKS, "", True)]
+    # With idleness (Spark's max policy) nothing is carried by position: nothing to keep in place.
+    idle = _marks((2, "orders"), (5, "payments"), idleness=1000)
+    assert compare(idle, _marks((3, "orders"), (6, "payments"), idleness=1000)) == []
