@@ -128,8 +128,8 @@ def _moved_watermarks(old: Description, new: Description) -> list[Finding]:
 
 
 def _carried_watermarks(description: Description) -> dict[str, dict[str, str]]:
-    """Per query that carries event time: `{graph node id: "on SOURCES (TIMESTAMP)"}` of its watermarks."""
-    nodes = {n["id"]: n for n in description.get("nodes", ())}
+    """Per query that carries event time, `{graph node id: "on SOURCES (TIMESTAMP)"}` of its watermarks: the rule of
+    `plan.event_time.carried_watermarks` (two or more watermarks, none with idleness), read off a description."""
     inputs: dict[str, list[str]] = {}
     for edge in description.get("edges", ()):
         inputs.setdefault(edge["target"], []).append(edge["source"])
@@ -142,19 +142,20 @@ def _carried_watermarks(description: Description) -> dict[str, dict[str, str]]:
             return {nid.removeprefix("source:")}
         return set().union(*(sources(i, seen) for i in inputs.get(nid, ())))
 
-    per_query: dict[str, dict[str, str]] = {}
-    for nid, node in nodes.items():
+    marks: dict[str, list[Mapping[str, Any]]] = {}
+    for node in description.get("nodes", ()):
         if node.get("kind") == "watermark" and node.get("query"):
-            where = ", ".join(sorted(sources(nid, set()))) or "?"
-            detail = node.get("detail") or {}
-            per_query.setdefault(node["query"], {})[nid.rsplit("/", 1)[-1]] = (
-                f"on {where} ({detail.get('timestamp')}, idleness {detail.get('idleness_ms')})"
-            )
-    return {
-        q: marks
-        for q, marks in per_query.items()
-        if len(marks) >= 2 and all("idleness None)" in w for w in marks.values())
-    }
+            marks.setdefault(node["query"], []).append(node)
+    carried = {}
+    for query, nodes in marks.items():
+        if len(nodes) < 2 or any((n.get("detail") or {}).get("idleness_ms") is not None for n in nodes):
+            continue
+        carried[query] = {
+            n["id"].rsplit("/", 1)[-1]: f"on {', '.join(sorted(sources(n['id'], set()))) or '?'} "
+            f"({(n.get('detail') or {}).get('timestamp')})"
+            for n in nodes
+        }
+    return carried
 
 
 def _stateful(description: Description) -> dict[str, Mapping[str, Any]]:

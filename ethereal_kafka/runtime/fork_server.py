@@ -141,7 +141,7 @@ class ForkServer:
         Spark plans a streaming query's Python source once per query start (`create_data_source` when the query's
         DataFrame is made, `plan_data_source_read` at its first epoch), yet keeps a daemon per planner module
         resident for the session's life, and its last planner for a minute: ~80 MB each, a fifth of a stateless
-        job's memory. Call once every query has run an epoch. The launcher Spark holds for each daemon stays
+        job's memory. Call once every query has begun an epoch (`runtime.planners`). The launcher Spark holds for each daemon stays
         (`fork_client.LET_GO`); when a later start plans again, Spark finds the daemon's port closed, stops that
         launcher and starts a daemon again (two warnings in Spark's log), forked from this server as before.
         """
@@ -354,6 +354,15 @@ def _run_child(request: _Request, fds: list[int], inherited: list[int]) -> NoRet
         os._exit(code & 0xFF)
 
 
+@dataclass
+class _Child:
+    """A forked child: its client's connection, the module it runs, and whether the driver's word ended it."""
+
+    conn: socket.socket
+    module: str
+    let_go: bool = False
+
+
 def serve(listener: socket.socket, parent: IO[bytes]) -> None:
     """Fork a child per request until `parent` (the driver's pipe) closes; then end the children still running."""
     wake_r, wake_w = os.pipe()
@@ -367,9 +376,7 @@ def serve(listener: socket.socket, parent: IO[bytes]) -> None:
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "reap")
     selector.register(parent, selectors.EVENT_READ, "parent")
-    children: dict[int, socket.socket] = {}
-    modules: dict[int, str] = {}  # each child's module
-    released: set[int] = set()  # children ended on the driver's word: their clients get LET_GO
+    children: dict[int, _Child] = {}
     while True:
         for key, _ in selector.select():
             if key.data == "accept":
@@ -387,14 +394,13 @@ def serve(listener: socket.socket, parent: IO[bytes]) -> None:
                     conn.fileno(),
                     _fileno(selector),
                 ]
-                inherited += [c.fileno() for c in children.values()]
+                inherited += [c.conn.fileno() for c in children.values()]
                 pid = os.fork()
                 if pid == 0:
                     _run_child(request, fds, inherited)
                 for fd in fds:
                     os.close(fd)
-                children[pid] = conn
-                modules[pid] = request.argv[1]
+                children[pid] = _Child(conn, request.argv[1])
                 selector.register(conn, selectors.EVENT_READ, pid)
                 try:
                     conn.sendall(REPLY.pack(pid))
@@ -404,17 +410,18 @@ def serve(listener: socket.socket, parent: IO[bytes]) -> None:
                 with contextlib.suppress(OSError):
                     while os.read(wake_r, 512):
                         pass
-                _reap(children, selector, modules, released)
+                _reap(children, selector)
             elif key.data == "parent":
                 words = os.read(parent.fileno(), 4096)
                 if not words:
                     _end_all(children, selector)
                     return
                 if RELEASE_PLANNERS in words:
-                    for pid in [p for p, m in modules.items() if m == PLANNER_DAEMON and p not in released]:
-                        released.add(pid)
-                        # pyspark.daemon ends its planners (its own process group) and exits.
-                        _end_child(pid, signal.SIGTERM)
+                    for pid, child in children.items():
+                        if child.module == PLANNER_DAEMON and not child.let_go:
+                            child.let_go = True
+                            # pyspark.daemon ends its planners (its own process group) and exits.
+                            _end_child(pid, signal.SIGTERM)
             else:  # a client's connection: it only ever closes (its process ended): so does its child
                 pid = key.data
                 with contextlib.suppress(OSError):
@@ -442,9 +449,7 @@ def _fileno(selector: selectors.BaseSelector) -> int:
     return int(fileno()) if fileno is not None else -1
 
 
-def _end_all(
-    children: dict[int, socket.socket], selector: selectors.BaseSelector, grace_s: float = 3.0
-) -> None:
+def _end_all(children: dict[int, _Child], selector: selectors.BaseSelector, grace_s: float = 3.0) -> None:
     """SIGTERM every child, report those that end within `grace_s`, SIGKILL the rest."""
     for pid in list(children):
         _end_child(pid, signal.SIGTERM)
@@ -462,13 +467,9 @@ def _end_child(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
-def _reap(
-    children: dict[int, socket.socket],
-    selector: selectors.BaseSelector,
-    modules: dict[int, str] | None = None,
-    released: set[int] | None = None,
-) -> None:
-    """Collect ended children; each one's client gets its exit status, or `LET_GO` for one of `released`."""
+def _reap(children: dict[int, _Child], selector: selectors.BaseSelector) -> None:
+    """Collect ended children (and orphans of theirs); each child's client gets its exit status, or `LET_GO` for
+    one ended on the driver's word."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -476,19 +477,14 @@ def _reap(
             return
         if pid == 0:
             return
-        conn = children.pop(pid, None)
-        if modules is not None:
-            modules.pop(pid, None)
-        let_go = released is not None and pid in released
-        if released is not None:
-            released.discard(pid)
-        if conn is None:
+        child = children.pop(pid, None)
+        if child is None:
             continue
         with contextlib.suppress(KeyError, ValueError):
-            selector.unregister(conn)
+            selector.unregister(child.conn)
         with contextlib.suppress(OSError):
-            conn.sendall(REPLY.pack(LET_GO if let_go else _exit_code(status)))
-        conn.close()
+            child.conn.sendall(REPLY.pack(LET_GO if child.let_go else _exit_code(status)))
+        child.conn.close()
 
 
 def main(argv: list[str]) -> None:

@@ -40,3 +40,12 @@ def v4_total_changed(env: StreamExecutionEnvironment) -> None:
     _keyed(env).reduce(lambda a, b: a if a["amount"] >= b["amount"] else b).uid("totals").map(
         _out, OUT_DDL
     ).sink_to("out")
+
+
+def v6_second_state(env: StreamExecutionEnvironment) -> None:
+    """A new version that adds a second stateful operator (the largest total so far) after `totals`, in its
+    query."""
+    totals = _keyed(env).sum("amount").uid("totals").map(_out, OUT_DDL)
+    totals.key_by("user").reduce(lambda a, b: a if a["amount"] >= b["amount"] else b).uid("largest").sink_to(
+        "out"
+    )

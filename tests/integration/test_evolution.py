@@ -95,6 +95,18 @@ def test_validate_against_an_app_says_which_state_carries_over(
     code, _, errors = _validate(app, job, capsys)
     assert code == 1 and len(errors) == 1 and "sink.tasks 2 -> 3" in errors[0]
 
+    # A stateful operator added to the query of `totals` is refused, as Spark refuses it when that version runs (a
+    # failed start records its plan as the app's last run: it comes last here).
+    code, _, errors = _validate(app, _job(tmp_path / "v6", bs, "v6_second_state", source, out), capsys)
+    assert code == 1 and len(errors) == 1 and "new largest (rolling in query out)" in errors[0]
+    added = running.with_name("job-v6.properties")
+    added.write_text(running.read_text().replace("evolution_jobs:v1", "evolution_jobs:v6_second_state"))
+    feed_events(
+        bs, source, ref.feed_list(ref.make_events(7, 20, 4, start + 200 * 400 + 40_000, late_every=0))
+    )
+    failed = run_job(added, check=False)
+    assert "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA" in str(failed.error)
+
     code, _, errors = _validate("never-ran", running, capsys)
     assert code == 1 and errors[0].startswith(
         f"error: {running}: no run of app 'never-ran' recorded on this host"

@@ -9,31 +9,30 @@ from ethereal_kafka.plan.evolution import CARRIED, CHANGED, DROPPED, LAYOUT, NEW
 
 
 def _node(
-    uid: str, kind: str = "rolling", query: str = "out", auto: bool = False, **detail: Any
+    uid: str,
+    kind: str = "rolling",
+    query: str = "out",
+    auto: bool = False,
+    stateful: bool = True,
+    nid: str | None = None,
+    **detail: Any,
 ) -> dict[str, Any]:
+    """A node as `plan.describe` gives it (`nid`: its graph id, default its uid)."""
     runs = detail.pop("runs", "framework")
     return {
-        "id": f"{query}/{uid}",
+        "id": f"{query}/{nid or uid}",
         "query": query,
         "kind": kind,
         "runs": runs,
         "detail": detail,
         "uid": uid,
         "auto": auto,
-        "stateful": True,
+        "stateful": stateful,
     }
 
 
 def _plan(*nodes: dict[str, Any]) -> dict[str, Any]:
-    stateless = {
-        "id": "out/map#1",
-        "query": "out",
-        "kind": "map",
-        "uid": "map#1",
-        "auto": True,
-        "stateful": False,
-    }
-    return {"nodes": [stateless, *nodes]}
+    return {"nodes": [_node("map#1", "map", auto=True, stateful=False), *nodes]}
 
 
 def _verdicts(findings: list[Any]) -> list[tuple[str, str, bool]]:
@@ -135,20 +134,13 @@ def test_a_position_uid_is_named_and_a_changed_sink_tasks_blocks() -> None:
 
 def _marks(*where: tuple[int, str], idleness: int | None = None) -> dict[str, Any]:
     """A query `joined` with a watermark per input, `where`: (graph node id, source)."""
-    nodes, edges = [], []
-    for nid, source in where:
-        nodes.append(
-            {
-                "id": f"joined/{nid}",
-                "query": "joined",
-                "kind": "watermark",
-                "detail": {"timestamp": "ts", "idleness_ms": idleness},
-                "uid": f"watermark#{nid}",
-                "auto": True,
-                "stateful": False,
-            }
+    nodes = [
+        _node(
+            f"watermark#{n}", "watermark", "joined", True, False, str(n), timestamp="ts", idleness_ms=idleness
         )
-        edges.append({"source": f"source:{source}", "target": f"joined/{nid}", "label": None})
+        for n, _ in where
+    ]
+    edges = [{"source": f"source:{source}", "target": f"joined/{n}", "label": None} for n, source in where]
     return {"nodes": nodes, "edges": edges}
 
 
@@ -157,7 +149,7 @@ def test_watermarks_that_carry_event_time_must_stay_where_they_were() -> None:
     assert compare(old, _marks((2, "orders"), (5, "payments"))) == []
     swapped = compare(old, _marks((2, "payments"), (5, "orders")))
     assert _verdicts(swapped) == [(WATERMARKS, "", True)]
-    assert "2 on orders (ts, idleness None), 5 on payments" in swapped[0].line
+    assert "(2 on orders (ts), 5 on payments (ts) -> 2 on payments (ts), 5 on orders (ts))" in swapped[0].line
     assert _verdicts(compare(old, _marks((3, "orders"), (6, "payments")))) == [(WATERMARKS, "", True)]
     # With idleness (Spark's max policy) nothing is carried by position: nothing to keep in place.
     idle = _marks((2, "orders"), (5, "payments"), idleness=1000)
