@@ -20,7 +20,7 @@ How (see docs/exactly-once.md, "Event time across restarts"):
 - After each epoch's write, inside `foreachBatch`, the runner reads the observed maxima of the epoch from the
   query's last execution and posts them here (`post_maxima`), in the query's Spark checkpoint folder, before Spark
   commits the epoch.
-- The carrier's offset is `{"@event-time": {node: max}, "@event-time-run": the first epoch of this start}`, fixed
+- The carrier's offset is `{"@event-time": {key: max}, "@event-time-run": the first epoch of this start}`, fixed
   for the whole start: `latestOffset` reads the maxima posted for the last epoch Spark committed once, as the query
   starts, and returns the same offset after that. Spark plans a source's rows only in an epoch where its offset
   moved, so the carrier's rows come in the first epoch a start plans and never again within it: within a run Spark
@@ -29,6 +29,13 @@ How (see docs/exactly-once.md, "Event time across restarts"):
 - An epoch Spark logged before a crash and replays now was logged with an earlier start's offset: before the query
   starts, its carrier lines get this start's number and the maxima posted for the epoch before it (`mark_replay`,
   the only write to Spark's offset log: the topics' lines stay as logged), so the replay carries them too.
+
+Each input's maxima are kept by its watermark's carry key (`plan.event_time.carry_key`: its uid, or its sources
+and timestamp), never by graph position: a new version that adds operators before the watermarks or builds them in
+another order resumes each input from its own. Before a start, `prepare_carry` refuses a version that no longer
+carries an input the checkpoint holds event time for (it would resume without it: another watermark than a run
+without the upgrade, so other output from the same offsets), and renames the graph-position keys of files an older
+version wrote.
 
 So the first epoch after any restart, new or replayed, carries the largest event time of every epoch before it,
 and the watermark of each input resumes where it was. The cost is one epoch of carrier rows at a start that finds
@@ -73,7 +80,8 @@ TS_COLUMN = "__ts"
 
 
 def observed_name(node_id: int) -> str:
-    """The name of the observed metric (Spark's `observe`) holding node `node_id`'s largest event time (µs)."""
+    """The name of the observed metric (Spark's `observe`) holding watermark node `node_id`'s largest event time
+    (µs); within one start only (the checkpoint keeps carry keys)."""
     return f"ek_event_time_{node_id}"
 
 
@@ -83,7 +91,7 @@ def maxima_path(query_checkpoint: str | Path) -> Path:
 
 
 def post_maxima(path: Path, epoch: int, maxima: Mapping[str, int]) -> None:
-    """Record `maxima` (watermark node id → largest event time read up to and including `epoch`, µs since the
+    """Record `maxima` (carry key → largest event time read up to and including `epoch`, µs since the
     epoch) as epoch `epoch`'s, durably and atomically, keeping the last `KEPT` epochs. An entry for `epoch` or any
     later one (a replay) is replaced.
 
@@ -163,6 +171,37 @@ def first_epoch(query_checkpoint: str | Path) -> int:
     return 0 if last is None else last + 1
 
 
+def prepare_carry(query_checkpoint: str | Path, carried: Mapping[int, str]) -> None:
+    """Before a start of a query that carries its inputs' event time (`carried`: watermark node id → carry key):
+    rename the keys of a maxima file an older version kept by node id (`"5"`) to this version's carry keys (how
+    that version read them), then refuse when the last committed epoch's maxima name an input this version does
+    not carry.
+
+    Raises:
+        EventTimeError: an input the checkpoint carries event time for is gone (one line naming it and the way
+            out), or the file is malformed.
+        OSError: the file cannot be rewritten.
+    """
+    path = maxima_path(query_checkpoint)
+    entries = _entries(path)
+    legacy = any(key.isdigit() for _, maxima in entries for key in maxima)
+    if legacy:
+        renamed = {str(node): key for node, key in carried.items()}
+        entries = [(e, {renamed.get(k, k): v for k, v in m.items()}) for e, m in entries]
+        body = {"entries": [{"epoch": e, "maxima": m} for e, m in entries]}
+        write_durably(path, json.dumps(body, sort_keys=True))
+    held = read_maxima(path, last_committed(query_checkpoint))
+    gone = sorted(set(held) - set(carried.values()))
+    if gone:
+        now = ", ".join(sorted(carried.values())) or "none"
+        raise EventTimeError(
+            f"{path}: the checkpoint carries the event time of {', '.join(gone)}, which this version of the job "
+            f"does not watermark (it carries {now}): it would resume with another watermark than the running job "
+            "and give other output from the same offsets. Keep that watermark's sources and timestamp, or give "
+            "the watermarks a .uid() that stays; else replay the job into a fresh checkpoint"
+        )
+
+
 def mark_replay(query_checkpoint: str | Path) -> int | None:
     """Before a start: give the carrier lines of the epoch Spark logged and did not commit (the one it replays) this
     start's number and the maxima posted for the epoch before it, so the replay plans the carrier's rows with them
@@ -193,16 +232,16 @@ def mark_replay(query_checkpoint: str | Path) -> int | None:
 
 
 class CarrierPartition(InputPartition):
-    """The one partition of an epoch: the largest event time its end offset carries for the node (µs)."""
+    """The one partition of an epoch: the largest event time its end offset carries for the input (µs)."""
 
     def __init__(self, micros: int) -> None:
         self.micros = micros
 
 
 class EventTimeCarrierSource(DataSource):
-    """`spark.readStream.format(FORMAT).options(checkpoint=<the query's Spark checkpoint folder>, node=<watermark
-    node id>, schema=<the input's schema as JSON>).load()`: rows of the input's schema, every column null but
-    `__ts`."""
+    """`spark.readStream.format(FORMAT).options(checkpoint=<the query's Spark checkpoint folder>, node=<the
+    watermark's carry key>, schema=<the input's schema as JSON>).load()`: rows of the input's schema, every column
+    null but `__ts`."""
 
     @classmethod
     def name(cls) -> str:
@@ -251,7 +290,7 @@ class CarrierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One partition carrying the node's maximum in `end` (none before the input read anything); pure. Spark
+        """One partition carrying the input's maximum in `end` (none before it read anything); pure. Spark
         asks only in an epoch where the offset moved: the first of a start."""
         micros = end.get(OFFSET_KEY, {}).get(self.node)
         return [] if micros is None else [CarrierPartition(int(micros))]
@@ -260,7 +299,7 @@ class CarrierReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release."""
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """The node's row: null everywhere but the event time."""
+        """The input's row: null everywhere but the event time."""
         assert isinstance(partition, CarrierPartition)
         row: list[Any] = [None] * self.width
         row[self.ts_index] = _EPOCH + datetime.timedelta(microseconds=partition.micros)

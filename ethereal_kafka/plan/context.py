@@ -52,7 +52,8 @@ class CompileContext:
         tables: The job's table connectors (lookup joins), by name.
         query: The query's name.
         user_errors: The job's `on.user.error` (None: every user-code error fails the epoch).
-        carried: Ids of the watermark nodes that carry event time across restarts (`plan.event_time`).
+        carried: `(node id, carry key)` of the watermark nodes that carry event time across restarts
+            (`plan.event_time`).
         checkpoint: The query's Spark checkpoint folder (None without a job).
     """
 
@@ -63,16 +64,21 @@ class CompileContext:
     tables: dict[str, object] = field(default_factory=dict)
     query: str = ""
     user_errors: UserErrors | None = None
-    carried: tuple[int, ...] = ()
+    carried: tuple[tuple[int, str], ...] = ()
     checkpoint: str | None = None
     _memo: dict[int, Stream] = field(default_factory=dict)
 
-    def carrier(self, node_id: int, schema: StructType) -> DataFrame:
-        """Watermark node `node_id`'s event-time carrier source (`plan.event_time`), with its input's `schema`."""
+    def carry_key(self, node_id: int) -> str | None:
+        """The carry key of watermark node `node_id` when it carries event time across restarts, else None."""
+        return dict(self.carried).get(node_id)
+
+    def carrier(self, key: str, schema: StructType) -> DataFrame:
+        """The event-time carrier source of the watermark whose carry key is `key` (`plan.event_time`), with its
+        input's `schema`."""
         from ethereal_kafka.plan.event_time import carrier_frame
 
         assert self.checkpoint is not None
-        return carrier_frame(self.spark, self.checkpoint, node_id, schema)
+        return carrier_frame(self.spark, self.checkpoint, key, schema)
 
     def errors_for(
         self, node: g.Node, positioned: bool, placed_by: g.Node | None = None

@@ -71,6 +71,7 @@ def describe_graph(
         sources, sinks, tables: The job's connectors by name (tables: `KafkaTableConfig`s).
         guarantee: The job's delivery guarantee (shown on the sinks).
     """
+    from ethereal_kafka.plan.event_time import carried_watermarks
     from ethereal_kafka.plan.joins import runs_native as join_native
     from ethereal_kafka.plan.windows import runs_native as window_native
 
@@ -82,6 +83,7 @@ def describe_graph(
         )
     for plan in plans:
         members = set().union(*(ancestors(s) for s in plan.sinks))
+        carry = dict(carried_watermarks(plan.sinks))
         for node in graph.nodes:
             if node.id not in members or isinstance(node, g.SourceNode | g.SideOutputNode):
                 continue
@@ -91,6 +93,8 @@ def describe_graph(
                 nodes[nid] = _node(nid, plan.name, "sink", node.sink, SINK, detail)
             else:
                 kind, label, runs, detail = _operator(node, window_native, join_native)
+                if isinstance(node, g.WatermarkNode):
+                    detail = {**detail, "carry_key": carry.get(node.id)}
                 nid = f"{plan.name}/{node.id}"
                 nodes[nid] = _node(nid, plan.name, kind, label, runs, detail, node)
                 if isinstance(node, g.LookupJoinNode):

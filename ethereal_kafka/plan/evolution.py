@@ -7,8 +7,8 @@ broadcast process): *carried* (same uid, same kind of state), *new* (starts empt
 lost), or *changed* (its state cannot be read by the new operator: another kind, another engine, another query,
 another window assigner, aggregate, join or time mode). Spark keeps each query's state in the query's checkpoint in
 the order of its stateful operators, so a stateful operator added to a query that already keeps state is refused
-too, as is a changed `sink.tasks` (the output layout is fixed for a job's life, `eos.layout`) and a moved watermark of
-a query that carries its inputs' event time (kept by graph position, `plan.event_time`). An operator whose
+too, as is a changed `sink.tasks` (the output layout is fixed for a job's life, `eos.layout`) and a query that
+carries its inputs' event time and no longer has one of those inputs' watermarks (`plan.event_time.carry_key`). An operator whose
 uid is its graph position (`kind#id`, no `.uid()`) is named: inserting an operator before it would change its uid.
 
 Pure: no Spark, no files; `validate --against APP` (`cli.validate_cmd`) prints the findings. What is not compared
@@ -107,55 +107,39 @@ def compare(
 
 def _moved_watermarks(old: Description, new: Description) -> list[Finding]:
     """A query that carries its inputs' event time across restarts (`plan.event_time`: two or more watermarks, none
-    with idleness) keeps each input's largest event time in its checkpoint by the watermark's place in the graph
-    (its node id). A new version whose watermarks sit at other places would resume each input from another one's
-    event time, so a moved watermark blocks."""
-    before, after = _carried_watermarks(old), _carried_watermarks(new)
+    with idleness) keeps each input's largest event time in its checkpoint by the watermark's carry key (its uid, or
+    its sources and timestamp). A new version of that query without one of those keys would resume that input
+    without its event time (the start refuses it, `connectors.event_time.prepare_carry`), so it blocks. A
+    description recorded before carry keys were has none to compare."""
+    before, after = _carry_keys(old), _carry_keys(new)
     findings = []
-    for query, marks in before.items():
-        now = after.get(query, {})
-        if now == marks:
+    for query, keys in before.items():
+        if query not in after:
             continue
-        was = ", ".join(f"{i} {w}" for i, w in sorted(marks.items()))
-        becomes = ", ".join(f"{i} {w}" for i, w in sorted(now.items())) or "none carried"
+        gone = sorted(keys - after[query])
+        if not gone:
+            continue
+        now = ", ".join(sorted(after[query])) or "none"
         line = (
-            f"query {query} keeps its inputs' event time by watermark position, and the watermarks moved "
-            f"({was} -> {becomes}): a restart would resume an input from another one's event time; keep them "
-            "where they were, or replay into a fresh checkpoint"
+            f"query {query} carries its inputs' event time by watermark, and {', '.join(gone)} is gone (now "
+            f"{now}): a restart would resume without its event time; keep that watermark's sources and "
+            "timestamp, or its uid, or replay into a fresh checkpoint"
         )
         findings.append(Finding(WATERMARKS, "", line, True))
     return findings
 
 
-def _carried_watermarks(description: Description) -> dict[str, dict[str, str]]:
-    """Per query that carries event time, `{graph node id: "on SOURCES (TIMESTAMP)"}` of its watermarks: the rule of
-    `plan.event_time.carried_watermarks` (two or more watermarks, none with idleness), read off a description."""
-    inputs: dict[str, list[str]] = {}
-    for edge in description.get("edges", ()):
-        inputs.setdefault(edge["target"], []).append(edge["source"])
-
-    def sources(nid: str, seen: set[str]) -> set[str]:
-        if nid in seen:
-            return set()
-        seen.add(nid)
-        if nid.startswith("source:"):
-            return {nid.removeprefix("source:")}
-        return set().union(*(sources(i, seen) for i in inputs.get(nid, ())))
-
-    marks: dict[str, list[Mapping[str, Any]]] = {}
+def _carry_keys(description: Description) -> dict[str, set[str]]:
+    """Per query, the carry keys of its watermarks (`plan.event_time.carry_key`, recorded by `plan.describe`)."""
+    keys: dict[str, set[str]] = {}
     for node in description.get("nodes", ()):
-        if node.get("kind") == "watermark" and node.get("query"):
-            marks.setdefault(node["query"], []).append(node)
-    carried = {}
-    for query, nodes in marks.items():
-        if len(nodes) < 2 or any((n.get("detail") or {}).get("idleness_ms") is not None for n in nodes):
-            continue
-        carried[query] = {
-            n["id"].rsplit("/", 1)[-1]: f"on {', '.join(sorted(sources(n['id'], set()))) or '?'} "
-            f"({(n.get('detail') or {}).get('timestamp')})"
-            for n in nodes
-        }
-    return carried
+        query = node.get("query")
+        if node.get("kind") == "watermark" and query:
+            keys.setdefault(query, set())
+            key = (node.get("detail") or {}).get("carry_key")
+            if key:
+                keys[query].add(key)
+    return keys
 
 
 def _stateful(description: Description) -> dict[str, Mapping[str, Any]]:

@@ -166,8 +166,9 @@ def compile_watermark(ctx: CompileContext, node: g.WatermarkNode, inputs: list[S
             ts = F.to_timestamp(F.col(f"`{name}`"))
         frame = stream.frame.withColumn(TS, ts)
     delay = strategy.out_of_orderness.spark_interval()
-    if node.id in ctx.carried:
-        frame = carried_watermark(frame, node.id, ctx.carrier(node.id, frame.schema), delay)
+    key = ctx.carry_key(node.id)
+    if key is not None:
+        frame = carried_watermark(frame, node.id, ctx.carrier(key, frame.schema), delay)
     else:
         frame = frame.withWatermark(TS, delay)
     return stream.with_frame(frame, watermarked=True)

@@ -38,7 +38,7 @@ class CarryEventTime:
         spark: The session the query runs on.
         query_name: The Spark query's name (`{app_id}-{query}`), to find its execution.
         checkpoint: The query's Spark checkpoint folder.
-        nodes: The carried watermark nodes (`Query.carried_event_time`).
+        nodes: The carried watermark nodes, `(node id, carry key)` (`Query.carried_event_time`).
     """
 
     def __init__(
@@ -47,7 +47,7 @@ class CarryEventTime:
         spark: SparkSession,
         query_name: str,
         checkpoint: str,
-        nodes: Sequence[int],
+        nodes: Sequence[tuple[int, str]],
     ) -> None:
         self.write = write
         self._spark = spark
@@ -64,7 +64,7 @@ class CarryEventTime:
         post_maxima(self.path, batch_id, maxima)
 
     def observed(self, batch_id: int) -> dict[str, int]:
-        """Node id → largest event time (µs) the epoch's execution observed (carrier rows included); nodes whose
+        """Carry key → largest event time (µs) the epoch's execution observed (carrier rows included); nodes whose
         input had no row with an event time (or an epoch whose plan did not run) are left out.
 
         Raises:
@@ -77,12 +77,12 @@ class CarryEventTime:
             )
         metrics = execution.observedMetrics()
         found: dict[str, int] = {}
-        for node in self.nodes:
+        for node, key in self.nodes:
             option = metrics.get(observed_name(node))
             if option.isDefined():
                 value = option.get().get(0)
                 if value is not None:
-                    found[str(node)] = int(value)
+                    found[key] = int(value)
         return found
 
     def _execution(self) -> Any:

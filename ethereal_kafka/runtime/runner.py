@@ -26,7 +26,7 @@ from ethereal_kafka.checkpoint.history import HistoryLog
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import JobConfig, LoadedJob, load_job
-from ethereal_kafka.connectors.event_time import mark_replay, maxima_behind
+from ethereal_kafka.connectors.event_time import mark_replay, maxima_behind, prepare_carry
 from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_clients
 from ethereal_kafka.eos.coordinator import CheckpointCoordinator
 from ethereal_kafka.eos.epoch_writer import EpochWriter
@@ -185,6 +185,9 @@ def _start(
     sources = job_sources(loaded, fresh, replay_starts)
     pipeline = build_pipeline(spark, loaded, sources, graph_builder)
     builds = pipeline.queries
+    for build in builds:  # before anything is claimed or recorded: a refused version changes nothing
+        if build.carried_event_time:
+            prepare_carry(job.query_checkpoint(build.name), dict(build.carried_event_time))
     history = HistoryLog(job.app_id)
     coordinator = CheckpointCoordinator(job, sources, loaded.sinks, history, claims=guard.writer)
     groups: dict[str, list[str]] = {}

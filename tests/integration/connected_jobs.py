@@ -95,6 +95,29 @@ def limit_check(env: StreamExecutionEnvironment) -> None:
     check_limits(env, Names())
 
 
+def limit_check_reordered(env: StreamExecutionEnvironment) -> None:
+    """`limit_check` as a next version might build it: the limits' watermark first, and a step added before the
+    events' one. Each watermark's node id changes, their sources and timestamps do not."""
+    limits = env.from_source("limits").assign_timestamps_and_watermarks(_bounded("ts"))
+    events = env.from_source("events").filter(lambda e: True).assign_timestamps_and_watermarks(_bounded("ts"))
+    checked = events.key_by("user").connect(limits.key_by("user")).process(LimitCheck(), output_type=OUT_DDL)
+    checked.name("limit-check").sink_to("out")
+
+
+def limit_check_limits_by_id(env: StreamExecutionEnvironment) -> None:
+    """`limit_check` whose limits take their event time from another field, without a uid: the event time the
+    checkpoint carries for the limits is not theirs any more."""
+    limits = env.from_source("limits").assign_timestamps_and_watermarks(_bounded("id"))
+    events = env.from_source("events").assign_timestamps_and_watermarks(_bounded("ts"))
+    events.key_by("user").connect(limits.key_by("user")).process(LimitCheck(), output_type=OUT_DDL).sink_to(
+        "out"
+    )
+
+
+def _bounded(field: str) -> WatermarkStrategy:
+    return WatermarkStrategy.for_bounded_out_of_orderness(BOUND_MS).with_timestamp_assigner(field)
+
+
 def check_limits(env: StreamExecutionEnvironment, names: Names) -> None:
     """`LimitCheck` over `names.events` and `names.limits` connected by user, to `names.out`."""
     events, limits = _streams(env, names)

@@ -166,8 +166,22 @@ def test_a_restart_keeps_the_watermark_of_an_input_that_has_gone_quiet(
     feed_events(bs, topics["limits"], ref.feed_list(limits))
     run_job(job.path)
     feed_events(bs, topics["events"], ref.feed_list(events[half:]))
-    run_job(job.path)  # a restart: the limits input has nothing new
+    # A restart with a next version of the job, whose watermarks have other graph ids (the checkpoint keeps each
+    # input's event time by its sources and timestamp): the limits input has nothing new.
+    reordered = job.path.with_name("job-reordered.properties")
+    reordered.write_text(job.path.read_text().replace(":limit_check", ":limit_check_reordered"))
+    run_job(reordered)
 
     epochs = committed_epochs(job.checkpoint / "out")
     parts = (ref.split(events, epochs, topics["events"]), ref.split(limits, epochs, topics["limits"]))
     assert [e.watermark_ms for e in epochs] == ref.min_watermarks(*parts)
+    # A version whose limits take their event time from another field (and have no uid) is refused before it
+    # starts: it would resume the limits without the event time the checkpoint carries for them.
+    by_id = job.path.with_name("job-by-id.properties")
+    by_id.write_text(job.path.read_text().replace(":limit_check", ":limit_check_limits_by_id"))
+    refused = run_job(by_id, check=False)
+    assert (
+        "carries the event time of input:limits@ts, which this version of the job does not watermark"
+        in str(refused.error)
+    )
+    assert committed_epochs(job.checkpoint / "out") == epochs, "the refused version ran an epoch"

@@ -20,6 +20,7 @@ from ethereal_kafka.connectors.event_time import (
     maxima_behind,
     maxima_path,
     post_maxima,
+    prepare_carry,
     read_maxima,
 )
 
@@ -94,3 +95,30 @@ def test_maxima_behind_spark_or_malformed_are_named(tmp_path: Path) -> None:
     maxima_path(tmp_path).write_text("{not json", encoding="utf-8")
     with pytest.raises(EventTimeError, match=str(maxima_path(tmp_path))):
         read_maxima(maxima_path(tmp_path), 1)
+
+
+def test_a_start_renames_graph_position_keys_and_refuses_a_version_without_a_carried_input(
+    tmp_path: Path,
+) -> None:
+    path = maxima_path(tmp_path)
+    post_maxima(path, 0, {"2": 10, "5": 20})  # as a version that kept them by watermark node id wrote them
+    post_maxima(path, 1, {"2": 11, "5": 21})
+    _log(tmp_path, "commits", 0)
+    carried = {2: "input:orders@ts", 5: "input:payments@ts"}
+    prepare_carry(tmp_path, carried)
+    assert read_maxima(path, 0) == {"input:orders@ts": 10, "input:payments@ts": 20}
+    assert read_maxima(path, 1) == {"input:orders@ts": 11, "input:payments@ts": 21}
+    # moved and reordered in a new version: the keys still match
+    prepare_carry(tmp_path, {9: "input:payments@ts", 4: "input:orders@ts"})
+    # the payments' watermark now takes another timestamp: their event time would be lost
+    with pytest.raises(EventTimeError) as refused:
+        prepare_carry(tmp_path, {2: "input:orders@ts", 5: "input:payments@paid_at"})
+    assert str(refused.value).startswith(
+        f"{path}: the checkpoint carries the event time of input:payments@ts, which this version of the job does "
+        "not watermark (it carries input:orders@ts, input:payments@paid_at)"
+    )
+    assert read_maxima(path, 0) == {"input:orders@ts": 10, "input:payments@ts": 20}, (
+        "a refusal changes nothing"
+    )
+    # a new input is fine: it starts as a fresh input would
+    prepare_carry(tmp_path, {**carried, 7: "input:refunds@ts"})

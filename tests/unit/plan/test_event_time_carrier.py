@@ -9,11 +9,43 @@ from ethereal_kafka.plan.event_time import carried_watermarks
 BOUNDED = WatermarkStrategy.for_bounded_out_of_orderness(5)
 
 
-def test_a_query_with_two_watermarked_inputs_carries_both() -> None:
-    a = g.WatermarkNode(id=1, inputs=(), strategy=BOUNDED)
-    b = g.WatermarkNode(id=2, inputs=(), strategy=BOUNDED)
-    joined = g.UnionNode(id=3, inputs=(b, a))
-    assert carried_watermarks((g.SinkNode(id=4, inputs=(joined,), sink="out"),)) == (1, 2)
+def _source(nid: int, name: str) -> g.SourceNode:
+    return g.SourceNode(id=nid, inputs=(), source=name)
+
+
+def test_a_query_with_two_watermarked_inputs_carries_both_by_sources_and_timestamp() -> None:
+    a = g.WatermarkNode(id=2, inputs=(_source(0, "orders"),), strategy=BOUNDED)
+    b = g.WatermarkNode(
+        id=3, inputs=(_source(1, "payments"),), strategy=BOUNDED.with_timestamp_assigner("paid")
+    )
+    joined = g.UnionNode(id=4, inputs=(b, a))
+    assert carried_watermarks((g.SinkNode(id=5, inputs=(joined,), sink="out"),)) == (
+        (2, "input:orders@timestamp"),
+        (3, "input:payments@paid"),
+    )
+    # Built in the other order, after another operator: other node ids, the same keys.
+    a = g.WatermarkNode(id=7, inputs=(g.MapNode(id=6, inputs=(_source(0, "orders"),)),), strategy=BOUNDED)
+    b = g.WatermarkNode(
+        id=3, inputs=(_source(1, "payments"),), strategy=BOUNDED.with_timestamp_assigner("paid")
+    )
+    joined = g.UnionNode(id=8, inputs=(a, b))
+    assert dict(carried_watermarks((g.SinkNode(id=9, inputs=(joined,), sink="out"),))) == {
+        7: "input:orders@timestamp",
+        3: "input:payments@paid",
+    }
+
+
+def test_a_uid_names_the_watermark_and_look_alikes_are_numbered_in_graph_order() -> None:
+    orders = _source(0, "orders")
+    a = g.WatermarkNode(id=2, inputs=(orders,), strategy=BOUNDED)
+    b = g.WatermarkNode(id=3, inputs=(orders,), strategy=BOUNDED)
+    c = g.WatermarkNode(id=4, inputs=(orders,), strategy=BOUNDED, uid="late-orders")
+    joined = g.UnionNode(id=5, inputs=(a, b, c))
+    assert carried_watermarks((g.SinkNode(id=6, inputs=(joined,), sink="out"),)) == (
+        (2, "input:orders@timestamp"),
+        (3, "input:orders@timestamp#2"),
+        (4, "uid:late-orders"),
+    )
 
 
 def test_one_watermarked_input_or_an_idle_one_carries_nothing() -> None:

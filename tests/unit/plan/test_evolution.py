@@ -132,25 +132,25 @@ def test_a_position_uid_is_named_and_a_changed_sink_tasks_blocks() -> None:
     assert "sink.tasks 2 -> 3" in findings[2].line
 
 
-def _marks(*where: tuple[int, str], idleness: int | None = None) -> dict[str, Any]:
-    """A query `joined` with a watermark per input, `where`: (graph node id, source)."""
-    nodes = [
-        _node(
-            f"watermark#{n}", "watermark", "joined", True, False, str(n), timestamp="ts", idleness_ms=idleness
-        )
-        for n, _ in where
-    ]
-    edges = [{"source": f"source:{source}", "target": f"joined/{n}", "label": None} for n, source in where]
-    return {"nodes": nodes, "edges": edges}
+def _marks(*where: tuple[int, str | None]) -> dict[str, Any]:
+    """A query `joined` with a watermark per input, `where`: (graph node id, carry key as `plan.describe` records
+    it; None: not carried)."""
+    return {
+        "nodes": [
+            _node(f"watermark#{n}", "watermark", "joined", True, False, str(n), timestamp="ts", carry_key=key)
+            for n, key in where
+        ]
+    }
 
 
-def test_watermarks_that_carry_event_time_must_stay_where_they_were() -> None:
-    old = _marks((2, "orders"), (5, "payments"))
-    assert compare(old, _marks((2, "orders"), (5, "payments"))) == []
-    swapped = compare(old, _marks((2, "payments"), (5, "orders")))
-    assert _verdicts(swapped) == [(WATERMARKS, "", True)]
-    assert "(2 on orders (ts), 5 on payments (ts) -> 2 on payments (ts), 5 on orders (ts))" in swapped[0].line
-    assert _verdicts(compare(old, _marks((3, "orders"), (6, "payments")))) == [(WATERMARKS, "", True)]
-    # With idleness (Spark's max policy) nothing is carried by position: nothing to keep in place.
-    idle = _marks((2, "orders"), (5, "payments"), idleness=1000)
-    assert compare(idle, _marks((3, "orders"), (6, "payments"), idleness=1000)) == []
+def test_watermarks_that_carry_event_time_are_matched_by_carry_key_not_position() -> None:
+    old = _marks((2, "input:orders@ts"), (5, "input:payments@ts"))
+    assert compare(old, _marks((2, "input:orders@ts"), (5, "input:payments@ts"))) == []
+    # moved or reordered: each input still finds its own event time
+    assert compare(old, _marks((3, "input:payments@ts"), (7, "input:orders@ts"))) == []
+    # the payments' timestamp changed without a uid: their carried event time would be lost
+    gone = compare(old, _marks((2, "input:orders@ts"), (5, "input:payments@paid_at")))
+    assert _verdicts(gone) == [(WATERMARKS, "", True)]
+    assert "input:payments@ts is gone (now input:orders@ts, input:payments@paid_at)" in gone[0].line
+    # nothing carried before (idleness, or one watermark, or a run recorded before carry keys): nothing to keep
+    assert compare(_marks((2, None), (5, None)), _marks((3, "input:payments@ts"))) == []
