@@ -93,13 +93,18 @@ class _Planner:
 
 def against(app_id: str, path: str, plan: dict[str, Any]) -> tuple[list[str], list[str]]:
     """`(lines, problems)` of resuming app `app_id` with job file `path` planned as `plan` (`plan.evolution`): a
-    line per stateful operator and change, each problem (what blocks the resume) one line naming the file."""
+    line per stateful operator and change, each problem (what blocks the resume) one line naming the file. The
+    app's version is the last start that committed an epoch (`runtime.description.RESUMABLE_FILE`), never a start
+    that failed."""
     from ethereal_kafka.plan.evolution import compare
-    from ethereal_kafka.runtime.description import description_path, read_description
+    from ethereal_kafka.runtime.description import RESUMABLE_FILE, description_path, read_description
 
-    last = read_description(app_id)
+    last = read_description(app_id, RESUMABLE_FILE)
     if last is None:
-        return [], [f"{path}: no run of app {app_id!r} recorded on this host ({description_path(app_id)})"]
+        where = description_path(app_id, RESUMABLE_FILE)
+        return [], [
+            f"{path}: no run of app {app_id!r} that committed an epoch recorded on this host ({where})"
+        ]
     old_tasks = last.config.get("job", {}).get("sink.tasks")
     new_tasks = load_job(path).job.sink_tasks
     findings = compare(last.plan, plan, None if old_tasks is None else int(old_tasks), new_tasks)

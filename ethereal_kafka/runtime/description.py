@@ -5,6 +5,11 @@ reads it back (`ethereal-kafka ui APP`).
 Kept beside the app's run record and checkpoint history: `<cache>/apps/<app.id>/run.json`, rewritten at every
 start (atomically: a reader sees the old or the new file, whole). Every connector setting in it is masked the way
 `Model.describe()` masks it, so no secret is written.
+
+A start can fail (Spark refusing a version whose state does not match the checkpoint, a user error in the first
+epoch): `run.json` then describes a version the checkpoint never ran. The runner also copies the description to
+`resumable.json` when the start's first epoch commits (`ResumableRecorder`): the last version whose state the
+checkpoint holds, which `validate --against APP` compares a new version with.
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.checkpoint.apps import app_dir, from_json_object
+from ethereal_kafka.checkpoint.history import EpochRecord
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import LoadedJob
 
 DESCRIPTION_FILE = "run.json"
+#: The description of the last start that committed an epoch.
+RESUMABLE_FILE = "resumable.json"
 
 
 @dataclass(frozen=True)
@@ -121,14 +129,14 @@ def _changed(
     return out
 
 
-def description_path(app_id: str) -> Path:
-    """`<cache>/apps/<app.id>/run.json`."""
-    return app_dir(app_id) / DESCRIPTION_FILE
+def description_path(app_id: str, name: str = DESCRIPTION_FILE) -> Path:
+    """`<cache>/apps/<app.id>/run.json` (or `name`, e.g. `RESUMABLE_FILE`)."""
+    return app_dir(app_id) / name
 
 
-def write_description(description: RunDescription) -> Path:
-    """Write `description` as its app's last run (atomically); returns the path."""
-    path = description_path(description.app_id)
+def write_description(description: RunDescription, name: str = DESCRIPTION_FILE) -> Path:
+    """Write `description` as its app's last run, or as `name` (atomically); returns the path."""
+    path = description_path(description.app_id, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     scratch.write_text(description.to_json(), encoding="utf-8")
@@ -136,9 +144,26 @@ def write_description(description: RunDescription) -> Path:
     return path
 
 
-def read_description(app_id: str) -> RunDescription | None:
-    """The last run's description of `app_id` on this host, or None when none was recorded (or it is unreadable)."""
+def read_description(app_id: str, name: str = DESCRIPTION_FILE) -> RunDescription | None:
+    """The last run's description of `app_id` on this host (or the one kept as `name`), or None when none was
+    recorded (or it is unreadable)."""
     try:
-        return RunDescription.from_json(description_path(app_id).read_text(encoding="utf-8"))
+        return RunDescription.from_json(description_path(app_id, name).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+class ResumableRecorder:
+    """Epoch listener (`CheckpointCoordinator.epoch_listeners`): at the first epoch of this start that commits
+    (`EpochRecord.outcome`),
+    `description` is written as the app's `RESUMABLE_FILE`; later epochs do nothing. A job of several queries
+    records it when any of them commits first."""
+
+    def __init__(self, description: RunDescription) -> None:
+        self.description = description
+        self.done = False
+
+    def __call__(self, query: str, record: EpochRecord, tasks: object) -> None:
+        if not self.done and record.outcome == "committed":
+            self.done = True
+            write_description(self.description, RESUMABLE_FILE)

@@ -36,7 +36,7 @@ from ethereal_kafka.errors import EtherealKafkaError, SparkSetupError
 from ethereal_kafka.plan.query import Query
 from ethereal_kafka.runtime.admission import EpochSizer
 from ethereal_kafka.runtime.autoscaler import open_autoscaler
-from ethereal_kafka.runtime.description import RunDescription, write_description
+from ethereal_kafka.runtime.description import ResumableRecorder, RunDescription, write_description
 from ethereal_kafka.runtime.errors import JobFailedError
 from ethereal_kafka.runtime.event_time import CarryEventTime
 from ethereal_kafka.runtime.failure import root_cause
@@ -214,6 +214,7 @@ def _start(
     except OSError as exc:  # for people only: the run goes on without it
         log.warning("could not record the run's description: %s", exc)
     coordinator.epoch_annotators.append(run_stamp(description.started_ms))
+    coordinator.epoch_listeners.append(ResumableRecorder(description))
     if bookkeeping is not None:
         coordinator.epoch_annotators.append(OperatorCounter(spark, job.app_id, pipeline.plan, bookkeeping))
     for observer in observers:

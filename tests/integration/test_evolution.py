@@ -95,8 +95,7 @@ def test_validate_against_an_app_says_which_state_carries_over(
     code, _, errors = _validate(app, job, capsys)
     assert code == 1 and len(errors) == 1 and "sink.tasks 2 -> 3" in errors[0]
 
-    # A stateful operator added to the query of `totals` is refused, as Spark refuses it when that version runs (a
-    # failed start records its plan as the app's last run: it comes last here).
+    # A stateful operator added to the query of `totals` is refused, as Spark refuses it when that version runs.
     code, _, errors = _validate(app, _job(tmp_path / "v6", bs, "v6_second_state", source, out), capsys)
     assert code == 1 and len(errors) == 1 and "new largest (rolling in query out)" in errors[0]
     added = running.with_name("job-v6.properties")
@@ -106,8 +105,11 @@ def test_validate_against_an_app_says_which_state_carries_over(
     )
     failed = run_job(added, check=False)
     assert "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA" in str(failed.error)
+    # The failed start is not the app's version: the checkpoint still holds v2's state, which v2 resumes.
+    code, lines, errors = _validate(app, upgraded, capsys)
+    assert (code, errors) == (0, []) and "carried totals" in lines[0]
 
     code, _, errors = _validate("never-ran", running, capsys)
     assert code == 1 and errors[0].startswith(
-        f"error: {running}: no run of app 'never-ran' recorded on this host"
+        f"error: {running}: no run of app 'never-ran' that committed an epoch recorded on this host"
     )

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from ethereal_kafka.checkpoint.history import EpochRecord
 from ethereal_kafka.config.job import LoadedJob, load_job
 from ethereal_kafka.config.model import MASK
-from ethereal_kafka.runtime.description import RunDescription
+from ethereal_kafka.runtime.description import (
+    RESUMABLE_FILE,
+    ResumableRecorder,
+    RunDescription,
+    read_description,
+)
 from ethereal_kafka.runtime.runner import job_sources
 
 
@@ -39,3 +47,19 @@ def test_the_description_shows_the_sources_as_they_run_and_what_the_file_said(tm
     assert written["max.records.per.epoch"] == "0" and written["epoch.sizing"] == "fixed"
     assert "topics" not in written  # unchanged keys are not listed
     assert RunDescription.from_json(described.to_json()) == described
+
+
+def _epoch(outcome: str) -> EpochRecord:
+    return EpochRecord("shop", "c", 0, "exactly-once", {}, {}, 0, 0, 1, 0, 0, 1, outcome)
+
+
+def test_the_resumable_version_is_recorded_at_the_first_committed_epoch_of_a_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ETHEREAL_KAFKA_HOME", str(tmp_path / "home"))
+    described = RunDescription.of(_job(tmp_path), {"queries": [], "nodes": [], "edges": []})
+    recorder = ResumableRecorder(described)
+    recorder("out", _epoch("failed"), [])
+    assert read_description("shop", RESUMABLE_FILE) is None, "a start whose epoch failed is not resumable"
+    recorder("out", _epoch("committed"), [])
+    assert read_description("shop", RESUMABLE_FILE) == described
