@@ -15,6 +15,7 @@ from ethereal_kafka.cli import (
     produce_cmd,
     replay_cmd,
     run_cmd,
+    savepoint_cmd,
     spark_archive_cmd,
     topics_cmd,
     ui_cmd,
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints_cmd.register(sub)
     offsets_cmd.register(sub)
     replay_cmd.register(sub)
+    savepoint_cmd.register(sub)
     topics_cmd.register(sub)
     produce_cmd.register(sub)
     consume_cmd.register(sub)

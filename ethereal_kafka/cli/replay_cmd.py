@@ -1,4 +1,5 @@
-"""`ethereal-kafka replay APP --from earliest|timestamp:<ms>|topic:partition:offset,...`: make an app reprocess.
+"""`ethereal-kafka replay APP --from earliest|timestamp:<ms>|topic:partition:offset,...|savepoint:PATH`: make an app
+reprocess (from a savepoint: with its operators' state restored by the next run).
 
 Without `--into`: resets the app's committed offsets, epoch markers and Spark checkpoint (moved aside, never
 deleted) so the next `ethereal-kafka run` reprocesses from the given position (see `eos.replay`). It shows
@@ -12,6 +13,7 @@ own state is untouched (see `runtime.replay_into`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from typing import Any
@@ -51,6 +53,11 @@ def register(sub: Any) -> None:
         help="earliest | timestamp:<epoch ms> | topic:partition:offset,... (partitions not named keep their offset)",
     )
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    parser.add_argument(
+        "--allow-non-restored-state",
+        action="store_true",
+        help="with --from savepoint:PATH: drop the state of operators the new version lacks (else refused)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print what would change and change nothing")
     parser.add_argument(
         "--into",
@@ -73,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
         AppRunningError: an instance of the app is (or may be) running.
         AppNotFoundError, ConfigError, KafkaConnectionError: as the message says.
     """
-    start = ReplayStart.parse(args.start)
+    start = dataclasses.replace(
+        ReplayStart.parse(args.start), allow_non_restored=args.allow_non_restored_state
+    )
     app = resolve_app(args)
     reach_clusters(app)  # a cluster that is not there fails in about a second
     plan = plan_replay(app.app_id, app.sources, start, stable=False)
@@ -92,20 +101,32 @@ def run(args: argparse.Namespace) -> int:
         print("dry run: nothing changed")
         return 0
     with exclusive_run_lock(app.app_id):
-        _check_claim(app, args.force)
+        check_claim(app, args.force)
     _confirm(app.app_id, args.yes)
+    outcome = apply_start(app, plan, args.force)
+    print(render_outcome(app.app_id, outcome))
+    return 0
+
+
+def apply_start(app: AppJob, plan: ReplayPlan, force: bool) -> ReplayOutcome:
+    """Apply a replay `plan` that was shown (or not asked about: `run --from-savepoint`), under the app's run lock.
+
+    Raises:
+        AppRunningError: an instance of the app is (or may be) running.
+        ReplayError: the committed offsets moved since `plan` was made.
+    """
     with exclusive_run_lock(app.app_id):  # held while anything changes: no instance can start meanwhile
-        _check_claim(app, args.force)
+        check_claim(app, force)
         # Planned again under the lock; only the committed offsets must not have moved since the plan was shown
         # (end offsets grow with new input, and that changes nothing the user confirmed).
-        current = plan_replay(app.app_id, app.sources, start, stable=False)
+        current = plan_replay(app.app_id, app.sources, plan.start, stable=False)
         if committed_positions(current) != committed_positions(plan):
             raise ReplayError(
                 f"app {app.app_id}: its committed offsets moved since the plan was shown; run it again"
             )
         sink = app.sink
         record = read_run_record(app.app_id)
-        outcome = apply_replay(
+        return apply_replay(
             current,
             app.sources,
             app.checkpoint_root,
@@ -113,8 +134,6 @@ def run(args: argparse.Namespace) -> int:
             sink.passthrough,
             pool=record.pool if record is not None and record.pool else None,
         )
-    print(render_outcome(app.app_id, outcome))
-    return 0
 
 
 def render_plan(plan: ReplayPlan) -> str:
@@ -150,13 +169,13 @@ def _running(app: AppJob, force: bool) -> str | None:
     """Why a replay would be refused now (None: it would not be); holds the lock only for the look."""
     try:
         with exclusive_run_lock(app.app_id):
-            _check_claim(app, force)
+            check_claim(app, force)
     except AppRunningError as exc:
         return str(exc)
     return None
 
 
-def _check_claim(app: AppJob, force: bool) -> None:
+def check_claim(app: AppJob, force: bool) -> None:
     """`check_stopped` against the app's owner claim; the caller holds the run lock exclusively."""
     sink = app.sink
     claim = owner_claim(app.app_id, sink.bootstrap_servers, sink.passthrough)

@@ -87,7 +87,7 @@ class _Planner:
         if "connector.class" in load_properties(path):
             return [], None
         if self._spark is None:
-            self._spark = _session()
+            self._spark = planning_session()
         return planned(load_job(path), self._spark)
 
 
@@ -119,7 +119,7 @@ def against(app_id: str, path: str, plan: dict[str, Any]) -> tuple[list[str], li
 VALIDATE_LOGS = "validate-logs"
 
 
-def _session() -> SparkSession:
+def planning_session() -> SparkSession:
     """The active SparkSession, or a local one started quietly for planning (one core, no web UI)."""
     from pyspark.sql import SparkSession
 

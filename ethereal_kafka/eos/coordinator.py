@@ -149,7 +149,7 @@ class CheckpointCoordinator:
         # finished) those transactions, they run again on stable reads, which no longer wait: a transaction that
         # was committing when its instance died can have added a marker the first pass did not see.
         self._check_against_kafka(replaying, exactly_once, stable=False)
-        ensure_progress_topic(self.app_id, self.job.sink_tasks, self.bootstrap, self.passthrough)
+        ensure_progress_topic(self.app_id, self.job.sink_tasks, self.bootstrap, self.passthrough, replaying)
         self.claims.commit()
         if exactly_once:
             pool = transactional_pool(

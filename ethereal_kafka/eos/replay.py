@@ -67,7 +67,9 @@ _ITEM = re.compile(r"^([A-Za-z0-9._-]+):(\d+):(\d+)$")
 
 @dataclass(frozen=True)
 class ReplayStart:
-    """Where a replay starts: `earliest`, `timestamp:<ms>`, or explicit `topic:partition:offset,...`.
+    """Where a replay starts: `earliest`, `timestamp:<ms>`, explicit `topic:partition:offset,...`, or
+    `savepoint:<folder>` (the savepoint's offsets, and its operators' state restored by the next run:
+    `checkpoint.savepoints`).
 
     With explicit offsets, partitions not named keep their committed offset.
     """
@@ -75,6 +77,8 @@ class ReplayStart:
     kind: str
     timestamp_ms: int | None = None
     offsets: tuple[tuple[str, int, int], ...] = ()
+    savepoint: str | None = None
+    allow_non_restored: bool = False
 
     @classmethod
     def parse(cls, text: str) -> ReplayStart:
@@ -93,6 +97,15 @@ class ReplayStart:
                     f"--from {text!r}: timestamp:<ms> needs epoch milliseconds, e.g. timestamp:1700000000000"
                 )
             return cls("timestamp", timestamp_ms=int(stamp))
+        if value.startswith("savepoint:"):
+            from ethereal_kafka.checkpoint.savepoints import SavepointError, read_manifest
+
+            folder = Path(value.removeprefix("savepoint:")).absolute()
+            try:
+                offsets = read_manifest(folder).offsets()
+            except SavepointError as exc:
+                raise ReplayError(f"--from {text!r}: {exc}") from exc
+            return cls("savepoint", offsets=tuple(offsets), savepoint=str(folder))
         items = []
         for part in value.split(","):
             match = _ITEM.match(part.strip())
@@ -114,6 +127,8 @@ class ReplayStart:
             return f"timestamp:{self.timestamp_ms}"
         if self.kind == "offsets":
             return ",".join(f"{t}:{p}:{o}" for t, p, o in self.offsets)
+        if self.kind == "savepoint":
+            return f"savepoint:{self.savepoint}"
         return self.kind
 
 
@@ -403,6 +418,8 @@ def _apply(
         "created_ms": now,
         "starts": plan.starts(),
         "moved_checkpoint": str(moved) if moved else None,
+        "savepoint": plan.start.savepoint,
+        "allow_non_restored": plan.start.allow_non_restored,
     }
     partial = root / f"{INTENT_FILE}.partial"
     partial.write_text(json.dumps(body, indent=2, sort_keys=True), encoding="utf-8")
@@ -480,6 +497,23 @@ def take_replay_intent(checkpoint_root: str, app_id: str, fresh: bool) -> dict[s
         return None
     log.info("app %s: replaying from %s (intent %s)", app_id, raw.get("from"), path)
     return starts
+
+
+def intent_savepoint(checkpoint_root: str, app_id: str) -> tuple[str, bool] | None:
+    """The savepoint whose state the replay intent of `app_id` restores (`--from savepoint:...`) and whether state
+    the new version lacks may be dropped, or None (no intent, another kind, or an intent of another app). Read
+    before `take_replay_intent`, with a fresh checkpoint only."""
+    root = local_path(checkpoint_root)
+    path = root / INTENT_FILE if root is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # `take_replay_intent` refuses it in one line
+    if not isinstance(raw, dict) or raw.get("app_id") != app_id or not raw.get("savepoint"):
+        return None
+    return str(raw["savepoint"]), bool(raw.get("allow_non_restored"))
 
 
 def _utc(ms: int) -> str:

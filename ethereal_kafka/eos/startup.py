@@ -12,13 +12,14 @@ transaction; the second sees what the fence settled (a transaction that was comm
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import ConfigResource, NewTopic
+from confluent_kafka.admin import ConfigResource, NewPartitions, NewTopic
 
 from ethereal_kafka.checkpoint.spark_log import (
     CheckpointLogError,
@@ -38,6 +39,8 @@ from ethereal_kafka.eos.names import phase_two_id, progress_group, progress_topi
 from ethereal_kafka.eos.task_plan import EpochRanges
 from ethereal_kafka.errors import ConfigError
 from ethereal_kafka.plan.query import Layout, Query
+
+log = logging.getLogger(__name__)
 
 #: The broker's `transaction.max.timeout.ms` when it does not say (Kafka's default, 15 minutes).
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
@@ -218,10 +221,12 @@ def check_transaction_timeout(
 
 
 def ensure_progress_topic(
-    app_id: str, sink_tasks: int, bootstrap: str, passthrough: Mapping[str, str]
+    app_id: str, sink_tasks: int, bootstrap: str, passthrough: Mapping[str, str], may_grow: bool = False
 ) -> None:
     """Create the progress topic (compacted, one partition per sink task, the cluster's default replication) unless
-    it exists, and wait until its partitions are known.
+    it exists, and wait until its partitions are known. `may_grow`: a replay started a fresh checkpoint (its
+    progress groups were deleted, no marker of the new checkpoint exists yet), so a topic with fewer partitions
+    than the job now has sink tasks gets more, where otherwise it is refused.
 
     Raises:
         ConfigError: the topic exists with fewer partitions than the job has sink tasks.
@@ -239,6 +244,12 @@ def ensure_progress_topic(
         except Exception as exc:  # created concurrently by another instance: fine
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise
+    elif len(existing.partitions) < sink_tasks and may_grow:
+        futures = admin.create_partitions([NewPartitions(topic, sink_tasks)])
+        futures[topic].result(timeout=30)
+        log.info(
+            "progress topic %s: %d -> %d partitions (a replay)", topic, len(existing.partitions), sink_tasks
+        )
     elif len(existing.partitions) < sink_tasks:
         raise ConfigError(
             f"progress topic {topic} has {len(existing.partitions)} partitions but the job has "

@@ -44,11 +44,14 @@ def compile_graph(
     connectors: ConnectorSet,
     user_errors: UserErrors | None = None,
     also_read: Mapping[str, int] | None = None,
+    initial_states: Mapping[str, str] | None = None,
+    restored: set[str] | None = None,
 ) -> list[tuple[Query, DataFrame]]:
     """Compile `graph` into queries, each with the DataFrame it writes (sink key/value columns, `__sink` with several
     sinks); see the module docstring. `user_errors`: the job's `on.user.error` (`plan.user_errors`; None: user-code
     errors fail the epoch). `also_read`: per source, the job's queries outside the graph that read it too
-    (`plan.sink_groups.group_sinks`).
+    (`plan.sink_groups.group_sinks`). `initial_states`: per operator uid, the folder of the state it restores from a
+    savepoint; each uid an operator took is added to `restored`.
 
     Raises:
         GraphError: the graph uses a combination the engine cannot run (the message names the operator).
@@ -67,6 +70,8 @@ def compile_graph(
             user_errors,
             carried,
             job.query_checkpoint(plan.name) if carried and job is not None else None,
+            dict(initial_states or {}),
+            restored if restored is not None else set(),
         )
         frame, sinks, chain = bind_sinks(ctx, plan)
         layout, stateful, _, store = classify(frame)

@@ -100,7 +100,10 @@ def compile_co_process(ctx: CompileContext, node: g.CoProcessNode, inputs: list[
         on_error=ctx.errors_for(node, first.positioned and second.positioned),
     )
     check_picklable(node.label, spec)
-    frame = transform(combined.frame, CoKeyedProcessor(spec), schema, SPARK_TIME_MODES[mode])
+    initial = ctx.initial_state(node)
+    frame = transform(
+        combined.frame, CoKeyedProcessor(spec), schema, SPARK_TIME_MODES[mode], initial, node.label
+    )
     return finish_keyed(combined, frame, tags=tags)
 
 

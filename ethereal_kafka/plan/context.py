@@ -8,7 +8,7 @@ The operator modules (`stateless`, `windows`, `keyed`, `joins`, `lookup`) regist
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -55,6 +55,8 @@ class CompileContext:
         carried: `(node id, carry key)` of the watermark nodes that carry event time across restarts
             (`plan.event_time`).
         checkpoint: The query's Spark checkpoint folder (None without a job).
+        initial_states: Per operator uid, the folder of its state in the savepoint the job restores from
+            (`checkpoint.savepoints`); `initial_state` records in `restored` each uid it handed out.
     """
 
     spark: SparkSession
@@ -66,7 +68,17 @@ class CompileContext:
     user_errors: UserErrors | None = None
     carried: tuple[tuple[int, str], ...] = ()
     checkpoint: str | None = None
+    initial_states: Mapping[str, str] = field(default_factory=dict)
+    restored: set[str] = field(default_factory=set)
     _memo: dict[int, Stream] = field(default_factory=dict)
+
+    def initial_state(self, node: g.Node) -> DataFrame | None:
+        """The state operator `node` restores from a savepoint (the rows of its table), or None."""
+        folder = self.initial_states.get(node.ref.uid)
+        if folder is None:
+            return None
+        self.restored.add(node.ref.uid)
+        return self.spark.read.parquet(folder)
 
     def carry_key(self, node_id: int) -> str | None:
         """The carry key of watermark node `node_id` when it carries event time across restarts, else None."""

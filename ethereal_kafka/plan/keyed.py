@@ -170,7 +170,8 @@ def compile_process(ctx: CompileContext, node: g.ProcessNode, inputs: list[Strea
         on_error=ctx.errors_for(node, stream.positioned),
     )
     check_picklable(node.label, spec)
-    frame = transform(stream.frame, KeyedProcessor(spec), schema, SPARK_TIME_MODES[mode])
+    initial = ctx.initial_state(node)
+    frame = transform(stream.frame, KeyedProcessor(spec), schema, SPARK_TIME_MODES[mode], initial, node.label)
     return finish_keyed(stream, frame, tags=node.side_outputs)
 
 
@@ -243,5 +244,7 @@ def compile_rolling(ctx: CompileContext, node: g.RollingNode, inputs: list[Strea
         topics=source_topics(node, ctx.sources),
     )
     check_picklable(node.label, spec)
-    frame = transform(stream.frame, RollingProcessor(spec), schema, "None")
+    frame = transform(
+        stream.frame, RollingProcessor(spec), schema, "None", ctx.initial_state(node), node.label
+    )
     return finish_keyed(stream, frame)

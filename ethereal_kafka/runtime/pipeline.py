@@ -102,9 +102,12 @@ def build_pipeline(
     loaded: LoadedJob,
     sources: Mapping[str, KafkaSourceConfig],
     graph_builder: Callable[[StreamExecutionEnvironment], None] | None = None,
+    initial_states: Mapping[str, str] | None = None,
+    restored: set[str] | None = None,
 ) -> BuiltPipeline:
     """Call the job's pipeline function (or `graph_builder`, which builds a DataStream graph on the environment it
-    is given: `env.execute()` uses it) and return its queries with their description.
+    is given: `env.execute()` uses it) and return its queries with their description. `initial_states`: per
+    operator uid, the state it restores from a savepoint; each uid an operator took goes into `restored`.
 
     Raises:
         ConfigError: the pipeline cannot be imported, returns something other than DataFrames, or its outputs do
@@ -115,7 +118,7 @@ def build_pipeline(
     guarantee = loaded.job.delivery_guarantee
     function: Any = graph_builder or dataframe_pipeline(spark, loaded)
     if graph_builder is not None or is_graph_pipeline(function):
-        return _graph_pipeline(spark, loaded, sources, function)
+        return _graph_pipeline(spark, loaded, sources, function, initial_states, restored)
     outputs = _outputs(loaded, function(_frames(spark, sources)))
     read = _reads(outputs, sources)
     pairs = _dataframe_queries(
@@ -135,7 +138,12 @@ def build_pipeline(
 
 
 def _graph_pipeline(
-    spark: SparkSession, loaded: LoadedJob, sources: Mapping[str, KafkaSourceConfig], function: Any
+    spark: SparkSession,
+    loaded: LoadedJob,
+    sources: Mapping[str, KafkaSourceConfig],
+    function: Any,
+    initial_states: Mapping[str, str] | None = None,
+    restored: set[str] | None = None,
 ) -> BuiltPipeline:
     """`build_pipeline` for a DataStream pipeline: its graph compiled into queries, and the queries of the
     DataFrame pipelines it added (`env.add_dataframe_pipeline`), each source read by several of them with a
@@ -164,6 +172,8 @@ def _graph_pipeline(
         ConnectorSet(dict(sources), dict(loaded.sinks), dict(loaded.tables)),
         user_errors(loaded),
         also_read,
+        initial_states,
+        restored,
     )
     guarantee = loaded.job.delivery_guarantee
     plan = describe_graph(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ethereal_kafka.checkpoint.apps import record_run
 from ethereal_kafka.checkpoint.history import HistoryLog
+from ethereal_kafka.checkpoint.savepoints import read_manifest
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import JobConfig, LoadedJob, load_job
@@ -31,7 +32,7 @@ from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_cl
 from ethereal_kafka.eos.coordinator import CheckpointCoordinator
 from ethereal_kafka.eos.epoch_writer import EpochWriter
 from ethereal_kafka.eos.ownership import InstanceGuard
-from ethereal_kafka.eos.replay import take_replay_intent
+from ethereal_kafka.eos.replay import intent_savepoint, take_replay_intent
 from ethereal_kafka.errors import EtherealKafkaError, SparkSetupError
 from ethereal_kafka.plan.query import Query
 from ethereal_kafka.runtime.admission import EpochSizer
@@ -58,6 +59,7 @@ from ethereal_kafka.runtime.planners import planner_release
 from ethereal_kafka.runtime.preflight import require_preflight
 from ethereal_kafka.runtime.restarts import RestartTracker
 from ethereal_kafka.runtime.run_metrics import RunMetrics, open_metrics
+from ethereal_kafka.runtime.savepoint import check_restore, initial_states
 from ethereal_kafka.runtime.source_bounds import bounded_source
 
 if TYPE_CHECKING:
@@ -181,9 +183,19 @@ def _start(
     job = loaded.job
     fresh = not checkpoint_has_progress(job.checkpoint_location)
     # A replay leaves its start positions in the checkpoint root; they apply while the checkpoint is fresh.
+    restore = intent_savepoint(job.checkpoint_location, job.app_id) if fresh else None
     replay_starts = take_replay_intent(job.checkpoint_location, job.app_id, fresh)
     sources = job_sources(loaded, fresh, replay_starts)
-    pipeline = build_pipeline(spark, loaded, sources, graph_builder)
+    restored: set[str] = set()
+    if restore is None:
+        pipeline = build_pipeline(spark, loaded, sources, graph_builder)
+    else:
+        folder = Path(restore[0])
+        manifest = read_manifest(folder)
+        states = initial_states(folder, manifest)
+        pipeline = build_pipeline(spark, loaded, sources, graph_builder, states, restored)
+        check_restore(folder, manifest, restored, pipeline.plan, restore[1])
+        log.info("app %s: restoring %s from savepoint %s", job.app_id, ", ".join(sorted(restored)), folder)
     builds = pipeline.queries
     for build in builds:  # before anything is claimed or recorded: a refused version changes nothing
         if build.carried_event_time:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
+from ethereal_kafka.errors import EtherealKafkaError
 from ethereal_kafka.plan.conform import ElementType
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, SEQ, TS, is_hidden
 
@@ -124,18 +125,32 @@ def strip_watermark(frame: DataFrame) -> DataFrame:
 
 
 def transform(
-    frame: DataFrame, processor: Any, output: StructType, time_mode: str = "EventTime"
+    frame: DataFrame,
+    processor: Any,
+    output: StructType,
+    time_mode: str = "EventTime",
+    initial: DataFrame | None = None,
+    label: str = "",
 ) -> DataFrame:
-    """Run `processor` per `__key` over `frame` (append mode); each output row gets `__seq` (see `Sequenced`)."""
+    """Run `processor` per `__key` over `frame` (append mode); each output row gets `__seq` (see `Sequenced`).
+    `initial`: the operator's state restored from a savepoint (rows of `checkpoint.savepoints`' table, which
+    `Sequenced.handleInitialState` writes into the state variables the processor declares); `label` names the
+    operator in a restore's errors."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType
 
     numbered = StructType([*output.fields, StructField(SEQ, LongType(), False)])
     grouped = strip_watermark(frame).groupBy(F.col(KEY))
+    sequenced = Sequenced(processor, tuple(numbered.fieldNames()), label)
+    if initial is None:
+        return grouped.transformWithState(sequenced, numbered, "append", time_mode)
     return grouped.transformWithState(
-        Sequenced(processor, tuple(numbered.fieldNames())), numbered, "append", time_mode
+        sequenced, numbered, "append", time_mode, initialState=initial.groupBy(F.col(KEY))
     )
 
+
+#: The `var` of a savepoint row holding a registered timer (its time in `ordinal`; see `checkpoint.savepoints`).
+TIMERS_VAR = "@timers"
 
 #: Sequence numbers of rows emitted by timers start here (after any key's input rows of the epoch).
 _TIMER_SEQ_BASE = 1 << 50
@@ -147,13 +162,18 @@ class Sequenced(StatefulProcessor):
     sorts a task's records by key and `__seq`, so a key's records reach Kafka in the order the operator emitted
     them (and the same order when the epoch is replayed).
 
-    Spark calls it as its `StatefulProcessor`; it delegates every call to the wrapped one.
+    Spark calls it as its `StatefulProcessor`; it delegates every call to the wrapped one. It also restores state
+    from a savepoint: the wrapped processor declares its state variables through a handle that records them, and
+    `handleInitialState` writes each restored row into the variable it names (see `checkpoint.savepoints`).
     """
 
-    def __init__(self, inner: Any, names: tuple[str, ...]) -> None:
+    def __init__(self, inner: Any, names: tuple[str, ...], label: str = "") -> None:
         self.inner = inner
         self.names = names
+        self.label = label
         self._row: Any = None
+        self._handle: Any = None
+        self._lists: dict[tuple[Any, str], list[tuple[int, bytes]]] = {}
 
     def _make(self, values: tuple[Any, ...]) -> Row:
         if self._row is None:
@@ -163,8 +183,9 @@ class Sequenced(StatefulProcessor):
         return self._row(*values)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        """Delegate."""
-        self.inner.init(handle)
+        """Delegate, through a handle that records the state variables the wrapped processor declares."""
+        self._handle = _RecordingHandle(handle)
+        self.inner.init(self._handle)
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
         """The wrapped processor's rows, numbered 0, 1, ..."""
@@ -181,16 +202,68 @@ class Sequenced(StatefulProcessor):
             yield self._make((*row, base + index))
 
     def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
-        """Delegate (framework operators take no initial state)."""
-        handler = getattr(self.inner, "handleInitialState", None)
-        if handler is not None:
-            handler(key, initialState, timerValues)
+        """Write one restored row into the state variable it names: a value's cell, a map entry, one element of a
+        list (at its position: rows come in no order, so the key's list is put again, sorted, at each), or a
+        registered timer.
+
+        Raises:
+            RestoreError: the row names a state variable this version of the operator does not declare.
+        """
+        var = initialState["var"]
+        if var == TIMERS_VAR:
+            self._handle.registerTimer(int(initialState["ordinal"]))
+            return
+        declared = self._handle.declared.get(var)
+        if declared is None:
+            raise RestoreError(
+                f"{self.label or 'an operator'}: the savepoint holds state {var!r}, which this version does not "
+                f"declare (it declares {', '.join(sorted(self._handle.declared)) or 'none'})"
+            )
+        kind, state = declared
+        value = initialState["value"]
+        if kind == "value":
+            state.update((value,))
+        elif kind == "map":
+            state.updateValue((initialState["map_key"],), (value,))
+        else:
+            elements = self._lists.setdefault((key, var), [])
+            elements.append((int(initialState["ordinal"]), value))
+            state.put([(v,) for _, v in sorted(elements)])
 
     def close(self) -> None:
         """Delegate."""
         closer = getattr(self.inner, "close", None)
         if closer is not None:
             closer()
+
+
+class RestoreError(EtherealKafkaError):
+    """State restored from a savepoint does not fit the operator (the message names the operator and the state)."""
+
+
+class _RecordingHandle:
+    """A `StatefulProcessorHandle` that records each state variable declared through it, `{name: (kind, state)}`
+    (`value`, `list`, `map`); everything else goes to the handle it wraps."""
+
+    def __init__(self, handle: Any) -> None:
+        self._inner = handle
+        self.declared: dict[str, tuple[str, Any]] = {}
+
+    def getValueState(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._record(name, "value", self._inner.getValueState(name, *args, **kwargs))
+
+    def getListState(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._record(name, "list", self._inner.getListState(name, *args, **kwargs))
+
+    def getMapState(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return self._record(name, "map", self._inner.getMapState(name, *args, **kwargs))
+
+    def _record(self, name: str, kind: str, state: Any) -> Any:
+        self.declared[name] = (kind, state)
+        return state
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def element_order(row: dict[str, Any]) -> tuple[Any, ...]:

@@ -330,3 +330,37 @@ def test_processing_mode_interleaves_event_time_timers_the_same_way() -> None:
         ("a", "timer wm=24999", 11_000),
         ("a", "element wm=24999", 30_000),
     ]
+
+
+def test_state_restored_from_a_savepoint_goes_into_the_variables_the_processor_declares() -> None:
+    """`Sequenced.handleInitialState`: each savepoint row into the state variable it names (a list's elements at
+    their positions, whatever order they come in), timers registered; a variable this version lacks is refused."""
+    from ethereal_kafka.plan.operators.base import TIMERS_VAR, RestoreError, Sequenced
+
+    class Declares:
+        def init(self, handle: Any) -> None:
+            handle.getValueState("u_count", "v binary")
+            handle.getListState("u_recent", "v binary")
+            handle.getMapState("u_buckets", "k binary", "v binary")
+
+    store = FakeStore()
+    sequenced = Sequenced(Declares(), ("x",), "process#3 (uid kinds)")
+    sequenced.init(FakeHandle(store))
+    store.key = "u1"
+    rows = [
+        {"var": "u_count", "map_key": None, "ordinal": None, "value": b"3"},
+        {"var": "u_recent", "map_key": None, "ordinal": 1, "value": b"b"},
+        {"var": "u_recent", "map_key": None, "ordinal": 0, "value": b"a"},
+        {"var": "u_buckets", "map_key": b"k", "ordinal": None, "value": b"v"},
+        {"var": TIMERS_VAR, "map_key": None, "ordinal": 99, "value": None},
+    ]
+    for row in rows:
+        sequenced.handleInitialState(("u1",), row, None)
+    assert store.values[("u_count", "u1")] == (b"3",)
+    assert store.lists[("u_recent", "u1")] == [(b"a",), (b"b",)]
+    assert store.maps[("u_buckets", "u1")] == {(b"k",): (b"v",)}
+    assert store.timers["u1"] == {99}
+    with pytest.raises(RestoreError, match=r"process#3 \(uid kinds\): the savepoint holds state 'u_gone'"):
+        sequenced.handleInitialState(
+            ("u1",), {"var": "u_gone", "map_key": None, "ordinal": None, "value": b""}, None
+        )

@@ -1,0 +1,122 @@
+"""`ethereal-kafka savepoint APP [--into DIR]` and `ethereal-kafka savepoints APP`: take a savepoint of a stopped app
+(its position and operator state, in an open format: `checkpoint.savepoints`, `runtime.savepoint`), and list them.
+
+A savepoint is restored with `ethereal-kafka run JOB --from-savepoint PATH` (or `replay APP --from
+savepoint:PATH`, then `run`): the app is reset to the savepoint's offsets and the new version's operators start
+with the state of the same uid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from ethereal_kafka.checkpoint.apps import exclusive_run_lock
+from ethereal_kafka.checkpoint.savepoints import (
+    Manifest,
+    SavepointError,
+    default_location,
+    list_savepoints,
+    read_manifest,
+)
+from ethereal_kafka.cli.app_job import AppJob, add_app_arguments, format_table, resolve_app
+
+LIST_COLUMNS = ("SAVEPOINT", "CREATED", "EPOCHS", "OPERATORS", "ROWS")
+
+
+def register(sub: Any) -> None:
+    """Add the `savepoint` and `savepoints` sub-commands."""
+    take = sub.add_parser(
+        "savepoint", help="take a savepoint of a stopped app: its offsets and operator state"
+    )
+    add_app_arguments(take)
+    take.add_argument(
+        "--into", metavar="DIR", help="the savepoints' folder (default <checkpoint.location>.savepoints)"
+    )
+    take.add_argument(
+        "--force",
+        action="store_true",
+        help="take it even though the app was last claimed by an instance that did not start on this host",
+    )
+    take.set_defaults(handler=run_take)
+    listing = sub.add_parser("savepoints", help="list an app's savepoints")
+    add_app_arguments(listing)
+    listing.add_argument(
+        "--into", metavar="DIR", help="the savepoints' folder (default <checkpoint.location>.savepoints)"
+    )
+    listing.set_defaults(handler=run_list)
+
+
+def location(app: AppJob, into: str | None) -> Path:
+    """The folder an app's savepoints go to."""
+    return Path(into or default_location(app.checkpoint_root)).absolute()
+
+
+def run_take(args: argparse.Namespace) -> int:
+    """Take the savepoint while holding the app's run lock (no instance starts meanwhile).
+
+    Raises:
+        SavepointError: see `runtime.savepoint.take_savepoint`, or no version of the app committed an epoch.
+        AppRunningError: an instance of the app is (or may be) running.
+    """
+    from ethereal_kafka.cli.replay_cmd import check_claim
+    from ethereal_kafka.cli.validate_cmd import planning_session
+    from ethereal_kafka.runtime.description import RESUMABLE_FILE, description_path, read_description
+    from ethereal_kafka.runtime.savepoint import take_savepoint
+
+    app = resolve_app(args)
+    described = read_description(app.app_id, RESUMABLE_FILE)
+    if described is None:
+        where = description_path(app.app_id, RESUMABLE_FILE)
+        raise SavepointError(
+            f"app {app.app_id}: no run that committed an epoch is recorded on this host ({where})"
+        )
+    with exclusive_run_lock(app.app_id):
+        check_claim(app, args.force)
+        path = take_savepoint(
+            planning_session(), app.loaded, described.plan, location(app, args.into), app.sources
+        )
+    print(f"savepoint of app {app.app_id}: {path}")
+    print(_summary(read_manifest(path)))
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """List the app's savepoints, oldest first; one that cannot be used says why."""
+    app = resolve_app(args)
+    found = list_savepoints(location(app, args.into))
+    if not found:
+        print(f"no savepoint of app {app.app_id} in {location(app, args.into)}")
+        return 0
+    rows: list[tuple[str, str, str, str, object]] = []
+    for path, manifest in found:
+        if isinstance(manifest, SavepointError):
+            rows.append((str(path), f"unusable: {manifest}", "", "", ""))
+            continue
+        epochs = ", ".join(f"{q.name}@{q.epoch}" for q in manifest.queries)
+        operators = ", ".join(op.uid for op in manifest.operators) or "-"
+        rows.append(
+            (
+                str(path),
+                _utc(manifest.created_ms),
+                epochs,
+                operators,
+                sum(op.rows for op in manifest.operators),
+            )
+        )
+    print(format_table(LIST_COLUMNS, rows, ("ROWS",)))
+    return 0
+
+
+def _summary(manifest: Manifest) -> str:
+    lines = [
+        f"  query {q.name}: epoch {q.epoch}, {len(q.offsets)} input partition(s)" for q in manifest.queries
+    ]
+    lines += [f"  operator {op.uid} ({op.kind}): {op.rows} state row(s)" for op in manifest.operators]
+    return "\n".join(lines)
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))

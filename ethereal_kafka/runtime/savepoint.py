@@ -1,0 +1,302 @@
+"""Taking a savepoint of a stopped app, and checking what a new version restores from one
+(`checkpoint.savepoints` holds the format).
+
+Taking (`take_savepoint`; the caller holds the app's run lock and has checked that no instance runs anywhere): for
+each query of the version the checkpoint holds (`runtime.description.RESUMABLE_FILE`), the last epoch Spark
+committed, the end offsets and watermark that epoch ran with, and each stateful operator's state as of that epoch,
+read with Spark's state data source (`statestore`, `state-metadata`) over every partition, so the table does not
+depend on the shuffle partition count. An epoch Spark logged and did not commit (a stop ended it) is left out when
+Kafka holds none of its output: no epoch marker of the query's checkpoint on its sources' groups or its progress
+group names an epoch after the last committed one. Otherwise the savepoint is refused: Kafka would be ahead of it.
+
+What this version covers, refused in one line otherwise: framework operators on Spark's transformWithState (keyed
+process functions, connected keyed process functions, rolling aggregates), one per query. Spark-native windows and
+joins keep state Spark cannot be seeded with, and framework windows, joins and broadcast state are not exported yet.
+
+Restoring (`initial_states`, `check_restore`): `replay APP --from savepoint:PATH` (or `run --from-savepoint`) resets
+the app to the savepoint's offsets and leaves the folder in the replay intent; the next start seeds each operator
+whose uid the savepoint holds (`plan.operators.base.Sequenced.handleInitialState`) in the new checkpoint's first
+epoch, with any `sink.tasks` or shuffle partition count. A uid the new version lacks is refused unless the run allows
+non-restored state; an operator in a query with event time is refused: a new checkpoint's first epoch runs with
+watermark 0, so records the savepoint's watermark had made late would not be.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ethereal_kafka.checkpoint.apps import local_path
+from ethereal_kafka.checkpoint.savepoints import (
+    Manifest,
+    OperatorState,
+    QueryPosition,
+    SavepointError,
+    begin,
+    file_digests,
+    new_id,
+    operator_folder,
+    seal,
+)
+from ethereal_kafka.checkpoint.spark_log import (
+    checkpoint_id,
+    epoch_end_offsets,
+    epoch_watermark_ms,
+    uncommitted_epoch,
+)
+from ethereal_kafka.config.connectors import KafkaSourceConfig
+from ethereal_kafka.config.job import LoadedJob
+from ethereal_kafka.connectors.event_time import last_committed
+from ethereal_kafka.plan.operators.base import TIMERS_VAR
+from ethereal_kafka.plan.schema import KEY
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: Operators whose state a savepoint takes (`plan.describe` kinds, run by the framework).
+EXPORTED_KINDS = ("process", "coprocess", "rolling")
+#: Spark's kinds of state variables, as `state-metadata` names them, and how a restore writes them.
+VARIABLE_KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map", "TimerState": "timers"}
+
+
+def take_savepoint(
+    spark: SparkSession,
+    loaded: LoadedJob,
+    plan: Mapping[str, Any],
+    location: Path,
+    sources: Mapping[str, KafkaSourceConfig],
+    now_ms: int | None = None,
+) -> Path:
+    """Take a savepoint of the stopped app `loaded` whose checkpoint holds the version described by `plan`, into a
+    new folder under `location`; returns it. `sources`: the job's sources with the groups its queries commit to.
+
+    Raises:
+        SavepointError: Kafka holds output of an epoch Spark did not commit, a query never committed one, or keeps
+            state this version cannot take (the message names the query or operator and the way out).
+    """
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    job = loaded.job
+    positions: list[QueryPosition] = []
+    exports: list[tuple[str, str, str, int, dict[str, str], DataFrame]] = []
+    for query in plan.get("queries", ()):
+        name = str(query["name"])
+        folder = local_path(job.query_checkpoint(name))
+        if folder is None:
+            raise SavepointError(
+                f"query {name}: its checkpoint is not a local folder; savepoints read local ones"
+            )
+        epoch = last_committed(folder)
+        if epoch is None:
+            raise SavepointError(f"query {name}: no epoch committed yet; nothing to take a savepoint of")
+        if uncommitted_epoch(folder) is not None:
+            ahead = _kafka_epoch(job.app_id, name, folder, sources, loaded)
+            if ahead is not None and ahead > epoch:
+                raise SavepointError(
+                    f"query {name}: Kafka holds output of epoch {ahead}, which Spark's checkpoint did not commit; "
+                    "start the job once more unchanged and stop it gracefully, then take the savepoint"
+                )
+        offsets = [
+            [topic, partition, offset]
+            for source in epoch_end_offsets(folder, epoch)
+            for (topic, partition), offset in source.items()
+        ]
+        positions.append(
+            QueryPosition(name, checkpoint_id(folder), epoch, epoch_watermark_ms(folder, epoch), offsets)
+        )
+        stateful = [n for n in plan.get("nodes", ()) if n.get("query") == name and n.get("stateful")]
+        if stateful:
+            exports.append(_export(spark, folder, name, epoch, stateful))
+    savepoint_id = new_id(now)
+    scratch = begin(location, savepoint_id)
+    operators = []
+    for uid, kind, query_name, operator_id, variables, frame in exports:
+        relative = operator_folder(uid)
+        frame.coalesce(1).write.parquet(str(scratch / relative))
+        rows = spark.read.parquet(str(scratch / relative)).count()
+        operators.append(
+            OperatorState(
+                uid, kind, query_name, operator_id, variables, relative, rows, file_digests(scratch, relative)
+            )
+        )
+    manifest = Manifest(savepoint_id, job.app_id, now, str(loaded.path), tuple(positions), tuple(operators))
+    return seal(scratch, manifest)
+
+
+def _kafka_epoch(
+    app_id: str, query: str, folder: Path, sources: Mapping[str, KafkaSourceConfig], loaded: LoadedJob
+) -> int | None:
+    """The last epoch of the query's checkpoint that Kafka holds a marker of (its sources' groups, its progress
+    group), or None."""
+    from ethereal_kafka.connectors.kafka.positions import PositionResolver
+    from ethereal_kafka.eos.committed import committed_offsets
+    from ethereal_kafka.eos.layout import read_layout
+    from ethereal_kafka.eos.names import progress_group, progress_topic
+
+    incarnation = checkpoint_id(folder)
+    found: list[int] = []
+    for source in sources.values():
+        resolver = PositionResolver(source)
+        try:
+            tps = resolver.topic_partitions()
+        finally:
+            resolver.close()
+        for offset in committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps):
+            if offset.marker is not None and offset.marker.of(app_id, incarnation):
+                found.append(offset.marker.epoch)
+    layout = read_layout(folder)
+    if layout is not None and layout.layout == "shuffling":
+        sink = next(iter(loaded.sinks.values()))
+        parts = [(progress_topic(app_id), p) for p in range(layout.sink_tasks)]
+        group = progress_group(app_id, query)
+        for offset in committed_offsets(sink.bootstrap_servers, group, sink.passthrough, parts):
+            if offset.marker is not None and offset.marker.of(app_id, incarnation):
+                found.append(offset.marker.epoch)
+    return max(found) if found else None
+
+
+def _export(
+    spark: SparkSession, folder: Path, query: str, epoch: int, stateful: list[Mapping[str, Any]]
+) -> tuple[str, str, str, int, dict[str, str], DataFrame]:
+    """The one stateful operator of `query`: `(uid, kind, query, Spark's operator id, variables, its table)`.
+
+    Raises:
+        SavepointError: the query keeps state this version cannot take.
+    """
+    if len(stateful) != 1:
+        uids = ", ".join(str(n.get("uid")) for n in stateful)
+        raise SavepointError(
+            f"query {query} keeps {len(stateful)} stateful operators ({uids}); savepoints take one per query so far"
+        )
+    node = stateful[0]
+    uid, kind = str(node.get("uid")), str(node.get("kind"))
+    if kind not in EXPORTED_KINDS or node.get("runs") != "framework":
+        raise SavepointError(
+            f"operator {uid} ({kind}, {node.get('runs')}) of query {query}: savepoints take the state of keyed "
+            "process functions and rolling aggregates so far; replay the job into a new checkpoint instead"
+        )
+    operators = spark.read.format("state-metadata").load(str(folder)).collect()
+    if len(operators) != 1 or "transformWithState" not in str(operators[0]["operatorName"]):
+        raise SavepointError(
+            f"query {query}: its checkpoint keeps {len(operators)} stateful operator(s), not the one "
+            f"transformWithState {uid} ran on; is it the checkpoint of this version?"
+        )
+    operator_id = int(operators[0]["operatorId"])
+    properties = json.loads(operators[0]["operatorProperties"] or "{}")
+    variables: dict[str, str] = {}
+    for variable in properties.get("stateVariables", ()):
+        name, spark_kind = str(variable["stateName"]), str(variable["stateVariableType"])
+        if spark_kind not in VARIABLE_KINDS or variable.get("ttlEnabled"):
+            raise SavepointError(f"operator {uid}: state {name} is a {spark_kind} this version cannot take")
+        variables[name] = spark_kind
+    frames = [
+        _variable(spark, folder, epoch, operator_id, name, k)
+        for name, k in sorted(variables.items())
+        if k != "TimerState"
+    ]
+    if "TimerState" in variables.values():  # Spark keeps each timer twice (by key, by time): read them once
+        frames.append(_variable(spark, folder, epoch, operator_id, TIMERS_VAR, "TimerState"))
+    if not frames:
+        raise SavepointError(f"operator {uid} of query {query}: its checkpoint declares no state variable")
+    table = frames[0]
+    for frame in frames[1:]:
+        table = table.unionByName(frame)
+    return uid, kind, query, operator_id, variables, table
+
+
+def _variable(
+    spark: SparkSession, folder: Path, epoch: int, operator_id: int, name: str, kind: str
+) -> DataFrame:
+    """One state variable's rows in the savepoint's shape: `__key`, `var`, `map_key`, `ordinal`, `value`."""
+    from pyspark.sql import functions as F
+
+    reader = spark.read.format("statestore").option("operatorId", operator_id).option("batchId", epoch)
+    key = F.col("key").getField(KEY).alias(KEY)
+    none_bytes, none_long = F.lit(None).cast("binary"), F.lit(None).cast("long")
+    if kind == "TimerState":
+        rows = reader.option("readRegisteredTimers", "true").load(str(folder))
+        return rows.select(
+            key,
+            F.lit(TIMERS_VAR).alias("var"),
+            none_bytes.alias("map_key"),
+            F.col("expiration_timestamp_ms").cast("long").alias("ordinal"),
+            none_bytes.alias("value"),
+        )
+    named = reader.option("stateVarName", name)
+    if kind == "ListState":
+        listed = named.option("flattenCollectionTypes", "false").load(str(folder))
+        exploded = listed.select(key, F.posexplode(F.col("list_value")).alias("pos", "element"))
+        return exploded.select(
+            F.col(KEY),
+            F.lit(name).alias("var"),
+            none_bytes.alias("map_key"),
+            F.col("pos").cast("long").alias("ordinal"),
+            _only_field(
+                F.col("element"), getattr(listed.schema["list_value"].dataType, "elementType", None)
+            ).alias("value"),
+        )
+    loaded = named.load(str(folder))
+    if kind == "MapState":
+        return loaded.select(
+            key,
+            F.lit(name).alias("var"),
+            _only_field(F.col("user_map_key"), loaded.schema["user_map_key"].dataType).alias("map_key"),
+            none_long.alias("ordinal"),
+            _only_field(F.col("user_map_value"), loaded.schema["user_map_value"].dataType).alias("value"),
+        )
+    return loaded.select(
+        key,
+        F.lit(name).alias("var"),
+        none_bytes.alias("map_key"),
+        none_long.alias("ordinal"),
+        _only_field(F.col("value"), loaded.schema["value"].dataType).alias("value"),
+    )
+
+
+def _only_field(column: Any, struct: Any) -> Any:
+    """The one binary field of a framework state struct (`v binary`, `k binary`).
+
+    Raises:
+        SavepointError: the struct is not that (not state the framework wrote).
+    """
+    fields: list[Any] = list(getattr(struct, "fields", ()))
+    if len(fields) != 1 or fields[0].dataType.typeName() != "binary":
+        raise SavepointError(f"state of type {struct.simpleString()} is not the framework's; cannot take it")
+    return column.getField(fields[0].name)
+
+
+def initial_states(path: Path, manifest: Manifest) -> dict[str, str]:
+    """Per operator uid, the folder of its state in the savepoint at `path` (for `plan.context.CompileContext`)."""
+    return {op.uid: str(path / op.folder) for op in manifest.operators}
+
+
+def check_restore(
+    path: Path, manifest: Manifest, restored: set[str], plan: Mapping[str, Any], allow_non_restored: bool
+) -> None:
+    """Refuse a restore that would lose state or resume it wrongly: a savepoint operator the new version (`plan`)
+    lacks or cannot seed (unless `allow_non_restored` and the version lacks it), or one seeded into a query with
+    event time.
+
+    Raises:
+        SavepointError: one line naming the savepoint, the operator and the way out.
+    """
+    nodes = {str(n.get("uid")): n for n in plan.get("nodes", ()) if n.get("stateful")}
+    for op in manifest.operators:
+        node = nodes.get(op.uid)
+        if op.uid not in restored:
+            if node is None and allow_non_restored:
+                continue
+            why = (
+                "the new version has no operator with that uid (pass --allow-non-restored-state to drop its state)"
+                if node is None
+                else f"the new version's {node.get('kind')} operator with that uid cannot take it"
+            )
+            raise SavepointError(f"{path}: state of operator {op.uid} ({op.kind}) cannot be restored: {why}")
+        query = node.get("query") if node is not None else None
+        if any(n.get("kind") == "watermark" and n.get("query") == query for n in plan.get("nodes", ())):
+            raise SavepointError(
+                f"{path}: operator {op.uid} runs in query {query}, which has event time: restoring into a query "
+                "with a watermark is not built yet (its first epoch would run with watermark 0)"
+            )

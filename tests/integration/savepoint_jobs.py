@@ -1,0 +1,47 @@
+"""Versions of a stateful job without event time for `test_savepoints.py`: a running total per user (`totals`, a
+rolling sum) and every kind of keyed state (`kinds`, `keyed_jobs.StateKinds`: value, list, map, aggregating), each
+to a sink of its own (two queries), and a processing-time timer far in the future in `kinds`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ethereal_kafka.api import KeyedContext, KeyedStream, StreamExecutionEnvironment
+from tests.integration.keyed_jobs import STATE_KINDS_DDL, StateKinds
+
+TOTALS_DDL = "user string, amount long"
+#: Processing-time timers at this time (2100-01-01) and after never fire in a test; the savepoint carries them.
+FAR_MS = 4_102_444_800_000
+
+
+class TimedKinds(StateKinds):
+    """`StateKinds`, each element also registering a processing-time timer at `FAR_MS` plus its id (never fires)."""
+
+    def process_element(self, value: dict[str, Any], ctx: KeyedContext) -> Iterator[dict[str, Any]]:
+        ctx.timer_service().register_processing_time_timer(FAR_MS + value["id"])
+        yield from super().process_element(value, ctx)
+
+
+def _events(env: StreamExecutionEnvironment) -> KeyedStream:
+    return env.from_source("events").key_by("user")
+
+
+def _totals(keyed: KeyedStream) -> None:
+    keyed.sum("amount").uid("totals").map(
+        lambda e: {"user": e["user"], "amount": e["amount"]}, TOTALS_DDL
+    ).sink_to("totals")
+
+
+def v1(env: StreamExecutionEnvironment) -> None:
+    """Both operators."""
+    keyed = _events(env)
+    _totals(keyed)
+    keyed.process(TimedKinds(), output_type=STATE_KINDS_DDL, time_mode="processing").uid("kinds").sink_to(
+        "kinds"
+    )
+
+
+def v2_without_kinds(env: StreamExecutionEnvironment) -> None:
+    """A next version without `kinds`: its state would be lost."""
+    _totals(_events(env))

@@ -1,0 +1,103 @@
+"""Savepoints on the real broker (`checkpoint.savepoints`, `runtime.savepoint`): a stopped app's offsets and operator
+state taken into an open format, and restored into a new checkpoint with another output layout, where the running
+state goes on exactly as in a run that was never stopped."""
+
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ethereal_kafka.checkpoint.savepoints import list_savepoints, read_manifest
+from ethereal_kafka.cli import main
+from ethereal_kafka.plan.operators.base import TIMERS_VAR
+from ethereal_kafka.testing.cluster import KafkaCluster
+from ethereal_kafka.testing.plugin import RunJob, TopicFactory
+from tests.integration import ref_keyed as ref
+from tests.integration.api_helpers import ApiJob, base_ts, feed_events, per_key, read_json, write_api_job
+from tests.integration.keyed_jobs import EVENT_DDL
+from tests.integration.savepoint_jobs import FAR_MS
+
+SOURCE = f"value.format=json\nvalue.schema={EVENT_DDL}\n"
+SINK = "value.format=json\nkey.format=string\n"
+#: 120 events on one partition in epochs of 20: the stopped run ends on an epoch boundary of the run that is not
+#: stopped, so both order each epoch's elements alike.
+EVENTS, EPOCH = 120, 20
+
+
+def _job(folder: Path, bs: str, version: str, source: str, sinks: dict[str, str], extra: str = "") -> ApiJob:
+    return write_api_job(
+        folder,
+        bs,
+        f"tests.integration.savepoint_jobs:{version}",
+        {"events": (source, SOURCE)},
+        {name: (topic, SINK) for name, topic in sinks.items()},
+        max_records=EPOCH,
+        extra_job=extra,
+    )
+
+
+def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopped(
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bs = kafka_cluster.bootstrap
+    source = topic_factory(partitions=1)
+    events = ref.make_events(11, EVENTS, 4, base_ts(), late_every=0)
+    feed = [(0, key, value, ts) for _, key, value, ts in ref.feed_list(events)]
+    feed_events(bs, source, feed[: EVENTS // 2])
+    stopped = {"totals": topic_factory(partitions=2), "kinds": topic_factory(partitions=2)}
+    job = _job(tmp_path / "stopped", bs, "v1", source, stopped)
+    run_job(job.path)
+    capsys.readouterr()
+
+    assert main(["savepoint", "--job", str(job.path)]) == 0
+    taken = re.search(r"^savepoint of app \S+: (\S+)$", capsys.readouterr().out, re.M)
+    assert taken is not None
+    folder = Path(taken.group(1))
+    manifest = read_manifest(folder)
+    assert [p for p, _ in list_savepoints(folder.parent)] == [folder]
+    # three epochs of data each; the processing-time query `kinds` may have run empty ones after them
+    epochs = {q.name: q.epoch for q in manifest.queries}
+    assert epochs["totals"] == 2 and epochs["kinds"] >= 2, epochs
+    assert manifest.offsets() == [(source, 0, EVENTS // 2)]
+    # The totals as the open format holds them: each user's pickled accumulator after the first half.
+    (totals,) = [op for op in manifest.operators if op.uid == "totals"]
+    table = pq.read_table(folder / totals.folder).to_pylist()
+    sums: dict[str, int] = {}
+    for event in events[: EVENTS // 2]:
+        sums[event.user] = sums.get(event.user, 0) + event.amount
+    assert {r["__key"]: pickle.loads(r["value"])["amount"] for r in table} == sums
+    (kinds,) = [op for op in manifest.operators if op.uid == "kinds"]
+    rows = pq.read_table(folder / kinds.folder).to_pylist()
+    timers = sorted((r["__key"], r["ordinal"]) for r in rows if r["var"] == TIMERS_VAR)
+    assert timers == sorted((e.user, FAR_MS + e.id) for e in events[: EVENTS // 2])
+    assert {r["var"] for r in rows} >= {"u_count", "u_recent", "u_buckets", "u_mean"}
+
+    feed_events(bs, source, feed[EVENTS // 2 :])
+    # A version without `kinds` is refused before it runs: the savepoint holds its state.
+    smaller = job.path.with_name("job-v2.properties")
+    smaller.write_text(job.path.read_text().replace("savepoint_jobs:v1", "savepoint_jobs:v2_without_kinds"))
+    assert main(["replay", "--job", str(job.path), "--from", f"savepoint:{folder}", "--yes"]) == 0
+    refused = run_job(smaller, check=False)
+    assert (
+        f"{folder}: state of operator kinds (process) cannot be restored: the new version has no operator"
+        in str(refused.error)
+    )
+    # The same code, restored into three sink tasks, so three shuffle partitions (a new checkpoint: any layout).
+    relaid = job.path.with_name("job-relaid.properties")
+    relaid.write_text(job.path.read_text().replace("sink.tasks=2", "sink.tasks=3"))
+    run_job(relaid)
+
+    never_stopped = {"totals": topic_factory(partitions=2), "kinds": topic_factory(partitions=2)}
+    run_job(_job(tmp_path / "never-stopped", bs, "v1", source, never_stopped).path)
+    for sink in ("totals", "kinds"):
+        got, want = read_json(bs, stopped[sink]), read_json(bs, never_stopped[sink])
+        assert len(want) == EVENTS
+        assert per_key(got, "user") == per_key(want, "user"), f"{sink}: the restored state did not go on"
