@@ -13,6 +13,10 @@
   failure although its commit landed: `commit_transaction` returned, then `_TIMED_OUT` is raised (what a timeout
   while the coordinator applied the commit looks like to the client).
 
+- `ETHEREAL_KAFKA_FAULT_SAVEPOINT_TRACE` and `ETHEREAL_KAFKA_FAULT_SAVEPOINT_PAUSE_AT`: taking a savepoint appends
+  each step to the trace file (`<unix time> <step>`: `scratch`, `table <uid>`, `files`, `manifest`, `sealed`) and
+  pauses (10 minutes) after the step named, so a kill harness can land a SIGKILL right after it.
+
 All are read where the step happens (on executors), never at import time.
 """
 
@@ -26,6 +30,8 @@ TXN_DELAY_ENV = "ETHEREAL_KAFKA_FAULT_TXN_DELAY_MS"
 TRACE_ENV = "ETHEREAL_KAFKA_FAULT_TRACE"
 FAIL_BEFORE_COMMIT_ENV = "ETHEREAL_KAFKA_FAULT_FAIL_BEFORE_COMMIT"
 FAIL_AFTER_COMMIT_ENV = "ETHEREAL_KAFKA_FAULT_FAIL_AFTER_COMMIT"
+SAVEPOINT_TRACE_ENV = "ETHEREAL_KAFKA_FAULT_SAVEPOINT_TRACE"
+SAVEPOINT_PAUSE_ENV = "ETHEREAL_KAFKA_FAULT_SAVEPOINT_PAUSE_AT"
 
 
 class InjectedFailure(RuntimeError):
@@ -95,3 +101,16 @@ def hook(point: str, task: int) -> None:
     registered = HOOKS.get(point)
     if registered is not None:
         registered(task)
+
+
+def savepoint_step(step: str) -> None:
+    """A savepoint finished `step`: traced, and paused when the fault names it (else nothing)."""
+    trace = os.environ.get(SAVEPOINT_TRACE_ENV)
+    if trace:
+        fd = os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{time.time():.3f} {step}\n".encode())
+        finally:
+            os.close(fd)
+    if os.environ.get(SAVEPOINT_PAUSE_ENV) == step:
+        time.sleep(600)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.errors import EtherealKafkaError
+from ethereal_kafka.faults import savepoint_step
 from ethereal_kafka.paths import fsync_path, write_durably
 
 FORMAT = "ethereal-kafka-savepoint"
@@ -83,6 +84,9 @@ class QueryPosition:
         epoch: The last epoch Spark and Kafka both committed.
         watermark_ms: The watermark that epoch ran with (None without one).
         offsets: `[[topic, partition, offset], ...]`: where the query reads on from.
+        next_watermark_ms: The watermark Spark computed after the epoch (what the next epoch runs with).
+        event_time_max: Per carry key of a watermark the query carried across restarts, the largest event time its
+            input read through the epoch (µs; `connectors.event_time`).
     """
 
     name: str
@@ -90,6 +94,8 @@ class QueryPosition:
     epoch: int
     watermark_ms: int | None
     offsets: Sequence[Sequence[Any]]
+    next_watermark_ms: int | None = None
+    event_time_max: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -201,12 +207,15 @@ def seal(scratch: Path, manifest: Manifest) -> Path:
     for path in scratch.rglob("*"):
         if path.is_file():
             fsync_path(path)
+    savepoint_step("files")
     write_durably(scratch / MANIFEST, dataclasses.replace(manifest, complete=True).to_json())
     for folder in [*(p for p in scratch.rglob("*") if p.is_dir()), scratch]:
         fsync_path(folder)
+    savepoint_step("manifest")
     final = scratch.parent / f"{PREFIX}{manifest.savepoint_id}"
     os.rename(scratch, final)
     fsync_path(scratch.parent)
+    savepoint_step("sealed")
     return final
 
 

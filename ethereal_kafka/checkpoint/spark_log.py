@@ -66,6 +66,18 @@ def epoch_watermark_ms(location: str | Path, epoch: int) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
+def next_watermark_ms(location: str | Path, epoch: int) -> int | None:
+    """The watermark Spark computed after `epoch` for the epoch after it (`nextBatchWatermarkMs` of `commits/<epoch>`,
+    epoch ms), or None when the commit is missing or says nothing about it."""
+    path = Path(location) / "commits" / str(epoch)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        value = json.loads(lines[1]).get("nextBatchWatermarkMs") if len(lines) > 1 else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int | float) else None
+
+
 def has_state(location: str | Path) -> bool:
     """True when the checkpoint holds operator state (a `state/` folder with files)."""
     state = Path(location) / "state"

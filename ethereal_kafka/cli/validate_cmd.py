@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ethereal_kafka.checkpoint.savepoints import MANIFEST
 from ethereal_kafka.config import load_connector, load_job, validate_file
 from ethereal_kafka.config.properties import load_properties
 from ethereal_kafka.errors import ConfigError, EtherealKafkaError
@@ -43,9 +44,10 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--against",
-        metavar="APP",
-        help="also say whether each job can resume APP's state: its stateful operators matched by uid against "
-        "APP's last run on this host (carried, new, dropped, changed), and its sink.tasks; exit 1 when not",
+        metavar="APP|SAVEPOINT",
+        help="also say whether each job can resume APP's state (its stateful operators matched by uid against "
+        "APP's last run on this host: carried, new, dropped, changed, and its sink.tasks) or restore a savepoint "
+        "folder's; exit 1 when not",
     )
     parser.add_argument(
         "--no-plan",
@@ -99,6 +101,8 @@ def against(app_id: str, path: str, plan: dict[str, Any]) -> tuple[list[str], li
     from ethereal_kafka.plan.evolution import compare
     from ethereal_kafka.runtime.description import RESUMABLE_FILE, description_path, read_description
 
+    if (Path(app_id) / MANIFEST).exists():
+        return against_savepoint(Path(app_id), path, plan)
     last = read_description(app_id, RESUMABLE_FILE)
     if last is None:
         where = description_path(app_id, RESUMABLE_FILE)
@@ -112,6 +116,25 @@ def against(app_id: str, path: str, plan: dict[str, Any]) -> tuple[list[str], li
     problems = [f"{path}: against {app_id}: {f.verdict} {f.line}" for f in findings if f.blocking]
     if not findings:
         lines.append(f"{path}: against {app_id}: no stateful operator in either version")
+    return lines, problems
+
+
+def against_savepoint(folder: Path, path: str, plan: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """`against` for a savepoint folder: what `run --from-savepoint` would restore (`plan.evolution.compare_savepoint`;
+    a savepoint that is not whole is one problem)."""
+    from ethereal_kafka.checkpoint.savepoints import SavepointError, read_manifest
+    from ethereal_kafka.plan.evolution import compare_savepoint
+
+    try:
+        manifest = read_manifest(folder)
+    except SavepointError as exc:
+        return [], [f"{path}: {exc}"]
+    held = [(op.uid, op.kind, op.query) for op in manifest.operators]
+    findings = compare_savepoint(held, plan)
+    lines = [f"{path}: against {folder}: {f.verdict} {f.line}" for f in findings if not f.blocking]
+    problems = [f"{path}: against {folder}: {f.verdict} {f.line}" for f in findings if f.blocking]
+    if not findings:
+        lines.append(f"{path}: against {folder}: no stateful operator in either")
     return lines, problems
 
 

@@ -75,6 +75,8 @@ CARRIER_COLUMN = "__carrier"
 FILE_NAME = "ethereal-kafka-event-time.json"
 #: Epochs whose maxima the file keeps (a restart needs only the last committed one's).
 KEPT = 8
+#: The epoch a restore's seed is posted as (before a new checkpoint's epoch 0).
+SEED_EPOCH = -1
 #: The event-time column of a carrier row (the input's `__ts`).
 TS_COLUMN = "__ts"
 
@@ -105,14 +107,23 @@ def post_maxima(path: Path, epoch: int, maxima: Mapping[str, int]) -> None:
 
 
 def read_maxima(path: Path, through_epoch: int | None) -> dict[str, int]:
-    """The maxima posted for the last epoch up to `through_epoch` (None: none committed yet → empty)."""
-    if through_epoch is None:
-        return {}
+    """The maxima posted for the last epoch up to `through_epoch` (None: none committed yet → the seed a restore
+    posted as epoch `SEED_EPOCH`, or empty)."""
+    through = SEED_EPOCH if through_epoch is None else through_epoch
     found: dict[str, int] = {}
     for epoch, maxima in _entries(path):
-        if epoch <= through_epoch:
+        if epoch <= through:
             found = maxima
     return found
+
+
+def seed_maxima(query_checkpoint: str | Path, maxima: Mapping[str, int]) -> None:
+    """Before the first start of a query restored from a savepoint (a new checkpoint): post `maxima` (carry key →
+    largest event time read before the savepoint, µs) as the epochs before epoch 0, so its first epoch carries them
+    (`runtime.savepoint`)."""
+    path = maxima_path(query_checkpoint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    post_maxima(path, SEED_EPOCH, maxima)
 
 
 def _entries(path: Path) -> list[tuple[int, dict[str, int]]]:

@@ -59,7 +59,10 @@ def compile_graph(
     compiled = []
     for planned in group_sinks(graph, connectors.sources, also_read):
         plan = pin_lookup_tables(planned, graph, dict(connectors.tables))
-        carried = carried_watermarks(plan.sinks) if job is not None and job.checkpoint_location else ()
+        restoring = bool(initial_states)
+        carried = (
+            carried_watermarks(plan.sinks, restoring) if job is not None and job.checkpoint_location else ()
+        )
         ctx = CompileContext(
             spark,
             job,

@@ -52,7 +52,7 @@ class CompileContext:
         tables: The job's table connectors (lookup joins), by name.
         query: The query's name.
         user_errors: The job's `on.user.error` (None: every user-code error fails the epoch).
-        carried: `(node id, carry key)` of the watermark nodes that carry event time across restarts
+        carried: `(node id, carry key, bound ms)` of the watermark nodes that carry event time across restarts
             (`plan.event_time`).
         checkpoint: The query's Spark checkpoint folder (None without a job).
         initial_states: Per operator uid, the folder of its state in the savepoint the job restores from
@@ -66,7 +66,7 @@ class CompileContext:
     tables: dict[str, object] = field(default_factory=dict)
     query: str = ""
     user_errors: UserErrors | None = None
-    carried: tuple[tuple[int, str], ...] = ()
+    carried: tuple[tuple[int, str, int], ...] = ()
     checkpoint: str | None = None
     initial_states: Mapping[str, str] = field(default_factory=dict)
     restored: set[str] = field(default_factory=set)
@@ -82,7 +82,7 @@ class CompileContext:
 
     def carry_key(self, node_id: int) -> str | None:
         """The carry key of watermark node `node_id` when it carries event time across restarts, else None."""
-        return dict(self.carried).get(node_id)
+        return {node: key for node, key, _ in self.carried}.get(node_id)
 
     def carrier(self, key: str, schema: StructType) -> DataFrame:
         """The event-time carrier source of the watermark whose carry key is `key` (`plan.event_time`), with its

@@ -83,7 +83,7 @@ def describe_graph(
         )
     for plan in plans:
         members = set().union(*(ancestors(s) for s in plan.sinks))
-        carry = dict(carried_watermarks(plan.sinks))
+        carry = {node: key for node, key, _ in carried_watermarks(plan.sinks)}
         for node in graph.nodes:
             if node.id not in members or isinstance(node, g.SourceNode | g.SideOutputNode):
                 continue

@@ -26,14 +26,17 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
-def carried_watermarks(sinks: Iterable[g.Node]) -> tuple[tuple[int, str], ...]:
-    """`(node id, carry key)` of each watermark node upstream of `sinks` that carries event time across restarts
-    (sorted by id; empty when the query has fewer than two or one of them declares idleness)."""
+def carried_watermarks(sinks: Iterable[g.Node], restoring: bool = False) -> tuple[tuple[int, str, int], ...]:
+    """`(node id, carry key, out-of-orderness bound ms)` of each watermark node upstream of `sinks` that carries
+    event time across restarts (sorted by id; empty when the query has fewer than two or one of them declares
+    idleness). `restoring`: the start restores a savepoint into a new checkpoint, whose first epoch would run with
+    watermark 0: every watermark carries (`runtime.savepoint`)."""
     found = sorted((n for n in g.upstream(*sinks) if isinstance(n, g.WatermarkNode)), key=lambda n: n.id)
-    if len(found) < 2 or any(n.strategy.idleness is not None for n in found):
+    if not restoring and (len(found) < 2 or any(n.strategy.idleness is not None for n in found)):
         return ()
     marks = [(n.uid, _sources(n), timestamp_name(n)) for n in found]
-    return tuple(zip((n.id for n in found), carry_keys(marks), strict=True))
+    keys = carry_keys(marks)
+    return tuple((n.id, key, n.strategy.out_of_orderness.millis) for n, key in zip(found, keys, strict=True))
 
 
 def carry_key(uid: str | None, sources: Iterable[str], timestamp: str) -> str:

@@ -105,6 +105,44 @@ def compare(
     return findings
 
 
+#: Operators a savepoint holds the state of and a restore seeds (`runtime.savepoint.EXPORTED_KINDS`).
+RESTORABLE = ("process", "coprocess", "rolling", "window")
+
+
+def compare_savepoint(
+    operators: Sequence[tuple[str, str, str]], new: Description, allow_non_restored: bool = False
+) -> list[Finding]:
+    """The findings of restoring a savepoint's `operators` (`(uid, kind, query)` each) into `new`: per operator
+    *carried* (the new version has a restorable operator of that uid and kind), *changed* (another kind, or an
+    operator a restore cannot seed: blocks), *dropped*
+    (blocks unless `allow_non_restored`); then each new stateful operator the savepoint lacks: *new*, empty state.
+    A restore starts a new checkpoint, so other queries and another layout never block."""
+    after = _stateful(new)
+    held = {uid for uid, _, _ in operators}
+    findings: list[Finding] = []
+    for uid, kind, query in operators:
+        now = after.get(uid)
+        what = f"{uid} ({kind} in query {query})"
+        if now is None:
+            why = "not in the new version, its state would be dropped"
+            if allow_non_restored:
+                findings.append(Finding(DROPPED, uid, f"{what}: {why} (allowed)", False))
+            else:
+                findings.append(Finding(DROPPED, uid, f"{what}: {why} (--allow-non-restored-state)", True))
+        elif now.get("kind") != kind:
+            findings.append(Finding(CHANGED, uid, f"{what}: kind {kind} -> {now.get('kind')}", True))
+        elif now.get("kind") not in RESTORABLE or now.get("runs") == SPARK:
+            findings.append(
+                Finding(CHANGED, uid, f"{what}: a restore cannot seed a {now.get('kind')} yet", True)
+            )
+        else:
+            findings.append(Finding(CARRIED, uid, f"{what}: state restored", False))
+    for uid, node in after.items():
+        if uid not in held:
+            findings.append(Finding(NEW, uid, f"{_what(node)}: new, starts with empty state", False))
+    return findings
+
+
 def _moved_watermarks(old: Description, new: Description) -> list[Finding]:
     """A query that carries its inputs' event time across restarts (`plan.event_time`: two or more watermarks, none
     with idleness) keeps each input's largest event time in its checkpoint by the watermark's carry key (its uid, or

@@ -47,8 +47,9 @@ class Query:
         spark_conf: Session settings the query must start with (fixed in its checkpoint from the first start), e.g.
             `spark.sql.streaming.multipleWatermarkPolicy=max` when an input declares `with_idleness`.
         late_sinks: The sinks fed by a window's late-data side output (the metrics count their records as late).
-        carried_event_time: `(node id, carry key)` of the watermark nodes whose inputs' event time the query carries
-            across restarts (`plan.event_time`); after each epoch's write the runner posts their observed maxima.
+        carried_event_time: `(node id, carry key, bound ms)` of the watermark nodes whose inputs' event time the
+            query carries across restarts (`plan.event_time`); after each epoch's write the runner posts their
+            observed maxima.
         state_store: The state store `state.backend=auto` gives the query when it first starts (`rocksdb` or
             `memory`, `plan.classify`); Spark keeps a checkpoint's store on every restart.
         chain: The query as one chained function per task (`plan.chaining`), run by the exactly-once source's read
@@ -63,6 +64,6 @@ class Query:
     output_mode: str = "append"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     late_sinks: tuple[str, ...] = ()
-    carried_event_time: tuple[tuple[int, str], ...] = ()
+    carried_event_time: tuple[tuple[int, str, int], ...] = ()
     state_store: str = "rocksdb"
     chain: ChainedPipeline | None = field(default=None, compare=False, repr=False)

@@ -38,7 +38,7 @@ class CarryEventTime:
         spark: The session the query runs on.
         query_name: The Spark query's name (`{app_id}-{query}`), to find its execution.
         checkpoint: The query's Spark checkpoint folder.
-        nodes: The carried watermark nodes, `(node id, carry key)` (`Query.carried_event_time`).
+        nodes: The carried watermark nodes, `(node id, carry key, bound ms)` (`Query.carried_event_time`).
     """
 
     def __init__(
@@ -47,7 +47,7 @@ class CarryEventTime:
         spark: SparkSession,
         query_name: str,
         checkpoint: str,
-        nodes: Sequence[tuple[int, str]],
+        nodes: Sequence[tuple[int, str, int]],
     ) -> None:
         self.write = write
         self._spark = spark
@@ -77,7 +77,7 @@ class CarryEventTime:
             )
         metrics = execution.observedMetrics()
         found: dict[str, int] = {}
-        for node, key in self.nodes:
+        for node, key, _ in self.nodes:
             option = metrics.get(observed_name(node))
             if option.isDefined():
                 value = option.get().get(0)

@@ -59,7 +59,7 @@ from ethereal_kafka.runtime.planners import planner_release
 from ethereal_kafka.runtime.preflight import require_preflight
 from ethereal_kafka.runtime.restarts import RestartTracker
 from ethereal_kafka.runtime.run_metrics import RunMetrics, open_metrics
-from ethereal_kafka.runtime.savepoint import check_restore, initial_states
+from ethereal_kafka.runtime.savepoint import HoldRelease, check_restore, hold_for_event_time, initial_states
 from ethereal_kafka.runtime.source_bounds import bounded_source
 
 if TYPE_CHECKING:
@@ -197,9 +197,10 @@ def _start(
         check_restore(folder, manifest, restored, pipeline.plan, restore[1])
         log.info("app %s: restoring %s from savepoint %s", job.app_id, ", ".join(sorted(restored)), folder)
     builds = pipeline.queries
+    holds = hold_for_event_time(manifest, builds, job) if restore is not None else {}
     for build in builds:  # before anything is claimed or recorded: a refused version changes nothing
         if build.carried_event_time:
-            prepare_carry(job.query_checkpoint(build.name), dict(build.carried_event_time))
+            prepare_carry(job.query_checkpoint(build.name), {n: k for n, k, _ in build.carried_event_time})
     history = HistoryLog(job.app_id)
     coordinator = CheckpointCoordinator(job, sources, loaded.sinks, history, claims=guard.writer)
     groups: dict[str, list[str]] = {}
@@ -227,6 +228,8 @@ def _start(
         log.warning("could not record the run's description: %s", exc)
     coordinator.epoch_annotators.append(run_stamp(description.started_ms))
     coordinator.epoch_listeners.append(ResumableRecorder(description))
+    if holds:
+        coordinator.epoch_listeners.append(HoldRelease(holds))
     if bookkeeping is not None:
         coordinator.epoch_annotators.append(OperatorCounter(spark, job.app_id, pipeline.plan, bookkeeping))
     for observer in observers:

@@ -10,26 +10,28 @@ Kafka holds none of its output: no epoch marker of the query's checkpoint on its
 group names an epoch after the last committed one. Otherwise the savepoint is refused: Kafka would be ahead of it.
 
 What this version covers, refused in one line otherwise: framework operators on Spark's transformWithState (keyed
-process functions, connected keyed process functions, rolling aggregates), one per query. Spark-native windows and
-joins keep state Spark cannot be seeded with, and framework windows, joins and broadcast state are not exported yet.
+process functions, connected keyed process functions, rolling aggregates, windows), one per query. Spark-native
+windows and joins keep state Spark cannot be seeded with, and framework joins and broadcast state are not exported
+yet.
 
 Restoring (`initial_states`, `check_restore`): `replay APP --from savepoint:PATH` (or `run --from-savepoint`) resets
 the app to the savepoint's offsets and leaves the folder in the replay intent; the next start seeds each operator
 whose uid the savepoint holds (`plan.operators.base.Sequenced.handleInitialState`) in the new checkpoint's first
 epoch, with any `sink.tasks` or shuffle partition count. A uid the new version lacks is refused unless the run allows
-non-restored state; an operator in a query with event time is refused: a new checkpoint's first epoch runs with
-watermark 0, so records the savepoint's watermark had made late would not be.
+non-restored state. A query with event time gets its watermark back before it reads a record
+(`hold_for_event_time`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ethereal_kafka.checkpoint.apps import local_path
+from ethereal_kafka.checkpoint.history import EpochRecord
 from ethereal_kafka.checkpoint.savepoints import (
     Manifest,
     OperatorState,
@@ -45,19 +47,23 @@ from ethereal_kafka.checkpoint.spark_log import (
     checkpoint_id,
     epoch_end_offsets,
     epoch_watermark_ms,
+    next_watermark_ms,
     uncommitted_epoch,
 )
 from ethereal_kafka.config.connectors import KafkaSourceConfig
-from ethereal_kafka.config.job import LoadedJob
-from ethereal_kafka.connectors.event_time import last_committed
+from ethereal_kafka.config.job import JobConfig, LoadedJob
+from ethereal_kafka.connectors.event_time import last_committed, maxima_path, read_maxima
+from ethereal_kafka.faults import savepoint_step
 from ethereal_kafka.plan.operators.base import TIMERS_VAR
 from ethereal_kafka.plan.schema import KEY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from ethereal_kafka.plan.query import Query
+
 #: Operators whose state a savepoint takes (`plan.describe` kinds, run by the framework).
-EXPORTED_KINDS = ("process", "coprocess", "rolling")
+EXPORTED_KINDS = ("process", "coprocess", "rolling", "window")
 #: Spark's kinds of state variables, as `state-metadata` names them, and how a restore writes them.
 VARIABLE_KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map", "TimerState": "timers"}
 
@@ -104,18 +110,28 @@ def take_savepoint(
             for (topic, partition), offset in source.items()
         ]
         positions.append(
-            QueryPosition(name, checkpoint_id(folder), epoch, epoch_watermark_ms(folder, epoch), offsets)
+            QueryPosition(
+                name,
+                checkpoint_id(folder),
+                epoch,
+                epoch_watermark_ms(folder, epoch),
+                offsets,
+                next_watermark_ms(folder, epoch),
+                read_maxima(maxima_path(folder), epoch),
+            )
         )
         stateful = [n for n in plan.get("nodes", ()) if n.get("query") == name and n.get("stateful")]
         if stateful:
             exports.append(_export(spark, folder, name, epoch, stateful))
     savepoint_id = new_id(now)
     scratch = begin(location, savepoint_id)
+    savepoint_step("scratch")
     operators = []
     for uid, kind, query_name, operator_id, variables, frame in exports:
         relative = operator_folder(uid)
         frame.coalesce(1).write.parquet(str(scratch / relative))
         rows = spark.read.parquet(str(scratch / relative)).count()
+        savepoint_step(f"table {uid}")
         operators.append(
             OperatorState(
                 uid, kind, query_name, operator_id, variables, relative, rows, file_digests(scratch, relative)
@@ -294,9 +310,50 @@ def check_restore(
                 else f"the new version's {node.get('kind')} operator with that uid cannot take it"
             )
             raise SavepointError(f"{path}: state of operator {op.uid} ({op.kind}) cannot be restored: {why}")
-        query = node.get("query") if node is not None else None
-        if any(n.get("kind") == "watermark" and n.get("query") == query for n in plan.get("nodes", ())):
-            raise SavepointError(
-                f"{path}: operator {op.uid} runs in query {query}, which has event time: restoring into a query "
-                "with a watermark is not built yet (its first epoch would run with watermark 0)"
-            )
+
+
+def hold_for_event_time(manifest: Manifest, builds: Sequence[Query], job: JobConfig) -> dict[str, list[Path]]:
+    """Before the first start of a restore: give each query with event time what its first epoch needs to run as
+    the epoch after the savepoint would have. Per query the savepoint holds, each watermark's carried event time
+    is seeded (`connectors.event_time.seed_maxima`: the largest event time its input read, as the savepoint kept
+    it, else the watermark Spark computed after the savepoint's epoch plus the watermark's bound), and its sources
+    are held (`connectors.kafka.source.hold_path`) so that the new checkpoint's epoch 0, which runs with watermark
+    0, reads no record: it carries the event time alone, and epoch 1 runs with the savepoint's watermark. Returns
+    per query the hold files to remove once it commits an epoch (`HoldRelease`).
+    """
+    from ethereal_kafka.connectors.event_time import seed_maxima
+    from ethereal_kafka.connectors.kafka.source import hold_path
+
+    positions = {q.name: q for q in manifest.queries}
+    holds: dict[str, list[Path]] = {}
+    for build in builds:
+        position = positions.get(build.name)
+        if not build.carried_event_time or position is None or not build.sources:
+            continue
+        seed: dict[str, int] = {}
+        for _, key, bound_ms in build.carried_event_time:
+            if key in position.event_time_max:
+                seed[key] = int(position.event_time_max[key])
+            elif position.next_watermark_ms:
+                seed[key] = (int(position.next_watermark_ms) + bound_ms) * 1000
+        if not seed:
+            continue  # no event time read before the savepoint: epoch 0's watermark 0 is the one it had
+        seed_maxima(job.query_checkpoint(build.name), seed)
+        files = [p for p in (hold_path(s) for s in build.sources) if p is not None]
+        for path in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        holds[build.name] = files
+    return holds
+
+
+class HoldRelease:
+    """Epoch listener: once a held query commits an epoch, its sources' hold files go (`hold_for_event_time`)."""
+
+    def __init__(self, holds: Mapping[str, Sequence[Path]]) -> None:
+        self.holds = {query: list(files) for query, files in holds.items()}
+
+    def __call__(self, query: str, record: EpochRecord, tasks: object) -> None:
+        if record.outcome == "committed" and query in self.holds:
+            for path in self.holds.pop(query):
+                path.unlink(missing_ok=True)

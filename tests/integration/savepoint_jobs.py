@@ -1,14 +1,29 @@
-"""Versions of a stateful job without event time for `test_savepoints.py`: a running total per user (`totals`, a
-rolling sum) and every kind of keyed state (`kinds`, `keyed_jobs.StateKinds`: value, list, map, aggregating), each
-to a sink of its own (two queries), and a processing-time timer far in the future in `kinds`."""
+"""Jobs for `test_savepoints.py`. Without event time: a running total per user (`totals`, a rolling sum) and every
+kind of keyed state (`kinds`, `keyed_jobs.StateKinds`: value, list, map, aggregating), each to a sink of its own
+(two queries), and a processing-time timer far in the future in `kinds`. With event time (`timed`): event-time
+timers that report the watermark (`slots`, `keyed_jobs.SlotTimers`, with a side output) and a tumbling window
+reduced by a Python function (`sums`, the framework's window operator)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
-from ethereal_kafka.api import KeyedContext, KeyedStream, StreamExecutionEnvironment
-from tests.integration.keyed_jobs import STATE_KINDS_DDL, StateKinds
+from ethereal_kafka.api import (
+    KeyedContext,
+    KeyedStream,
+    StreamExecutionEnvironment,
+    Time,
+    TumblingEventTimeWindows,
+)
+from tests.integration.keyed_jobs import (
+    CANCELLED,
+    STATE_KINDS_DDL,
+    TIMERS_DDL,
+    SlotTimers,
+    StateKinds,
+    _keyed,
+)
 
 TOTALS_DDL = "user string, amount long"
 #: Processing-time timers at this time (2100-01-01) and after never fire in a test; the savepoint carries them.
@@ -45,3 +60,16 @@ def v1(env: StreamExecutionEnvironment) -> None:
 def v2_without_kinds(env: StreamExecutionEnvironment) -> None:
     """A next version without `kinds`: its state would be lost."""
     _totals(_events(env))
+
+
+def _add(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Reduce: the later element, with the amounts summed."""
+    return {**b, "amount": a["amount"] + b["amount"]}
+
+
+def timed(env: StreamExecutionEnvironment) -> None:
+    """Event-time timers reporting the watermark each element saw, and a Python-reduced tumbling window."""
+    slots = _keyed(env).process(SlotTimers(), output_type=TIMERS_DDL, side_outputs=[CANCELLED]).uid("slots")
+    slots.sink_to("slots")
+    slots.get_side_output(CANCELLED).sink_to("cancelled")
+    _keyed(env).window(TumblingEventTimeWindows.of(Time.seconds(10))).reduce(_add).uid("sums").sink_to("sums")

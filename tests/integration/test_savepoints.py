@@ -4,8 +4,13 @@ state goes on exactly as in a run that was never stopped."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -13,6 +18,8 @@ import pytest
 
 from ethereal_kafka.checkpoint.savepoints import list_savepoints, read_manifest
 from ethereal_kafka.cli import main
+from ethereal_kafka.cli.run_cmd import restore_from
+from ethereal_kafka.faults import SAVEPOINT_PAUSE_ENV, SAVEPOINT_TRACE_ENV
 from ethereal_kafka.plan.operators.base import TIMERS_VAR
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
@@ -57,12 +64,19 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     run_job(job.path)
     capsys.readouterr()
 
+    # SIGKILLed right after a table is written, or after the manifest is written and before the rename: no
+    # savepoint is listed, and the next one clears what the killed ones left.
+    location = Path(f"{job.checkpoint}.savepoints")
+    for step in ("table totals", "manifest"):
+        _kill_savepoint_after(job.path, step, tmp_path / f"kill-{step.split()[0]}")
+        assert list_savepoints(location) == [], f"a savepoint killed after {step!r} is listed"
+        assert [p.name.startswith(".sp-") for p in location.iterdir()] == [True]
     assert main(["savepoint", "--job", str(job.path)]) == 0
     taken = re.search(r"^savepoint of app \S+: (\S+)$", capsys.readouterr().out, re.M)
     assert taken is not None
     folder = Path(taken.group(1))
     manifest = read_manifest(folder)
-    assert [p for p, _ in list_savepoints(folder.parent)] == [folder]
+    assert [p for p, _ in list_savepoints(location)] == [folder] and list(location.iterdir()) == [folder]
     # three epochs of data each; the processing-time query `kinds` may have run empty ones after them
     epochs = {q.name: q.epoch for q in manifest.queries}
     assert epochs["totals"] == 2 and epochs["kinds"] >= 2, epochs
@@ -80,10 +94,16 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     assert timers == sorted((e.user, FAR_MS + e.id) for e in events[: EVENTS // 2])
     assert {r["var"] for r in rows} >= {"u_count", "u_recent", "u_buckets", "u_mean"}
 
-    feed_events(bs, source, feed[EVENTS // 2 :])
-    # A version without `kinds` is refused before it runs: the savepoint holds its state.
+    # What a restore would do, asked before it: the same version restores both; one without `kinds` would drop it.
     smaller = job.path.with_name("job-v2.properties")
     smaller.write_text(job.path.read_text().replace("savepoint_jobs:v1", "savepoint_jobs:v2_without_kinds"))
+    assert main(["validate", "--against", str(folder), str(job.path)]) == 0
+    assert "carried totals (rolling in query totals): state restored" in capsys.readouterr().out
+    assert main(["validate", "--against", str(folder), str(smaller)]) == 1
+    assert "dropped kinds (process in query kinds): not in the new version" in capsys.readouterr().err
+
+    feed_events(bs, source, feed[EVENTS // 2 :])
+    # A version without `kinds` is refused before it runs: the savepoint holds its state.
     assert main(["replay", "--job", str(job.path), "--from", f"savepoint:{folder}", "--yes"]) == 0
     refused = run_job(smaller, check=False)
     assert (
@@ -101,3 +121,68 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
         got, want = read_json(bs, stopped[sink]), read_json(bs, never_stopped[sink])
         assert len(want) == EVENTS
         assert per_key(got, "user") == per_key(want, "user"), f"{sink}: the restored state did not go on"
+
+
+def _kill_savepoint_after(job: Path, step: str, folder: Path) -> None:
+    """Run `ethereal-kafka savepoint` in a process of its own until it traces `step`, then SIGKILL its group."""
+    folder.mkdir()
+    trace = folder / "trace"
+    env = {**os.environ, SAVEPOINT_TRACE_ENV: str(trace), SAVEPOINT_PAUSE_ENV: step}
+    with (folder / "log").open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ethereal_kafka.cli", "savepoint", "--job", str(job)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            if trace.exists() and any(
+                line.split(" ", 1)[1] == step for line in trace.read_text().splitlines()
+            ):
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, (folder / "log").read_text()[-3000:]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_savepoint_of_event_time_state_resumes_with_its_watermark(
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Event-time timers that print the watermark each element saw, a framework window, late events: the restored
+    run's first epoch carries the event time read before the savepoint and reads nothing (it runs with watermark 0),
+    so every later epoch runs with the watermark the never-stopped run had, and every record matches."""
+    bs = kafka_cluster.bootstrap
+    source = topic_factory(partitions=1)
+    events = ref.make_events(12, EVENTS, 4, base_ts())  # every 17th event 20 s late
+    feed = [(0, key, value, ts) for _, key, value, ts in ref.feed_list(events)]
+    feed_events(bs, source, feed[: EVENTS // 2])
+    names = ("slots", "cancelled", "sums")
+    stopped = {name: topic_factory(partitions=2) for name in names}
+    job = _job(tmp_path / "stopped", bs, "timed", source, stopped)
+    run_job(job.path)
+    capsys.readouterr()
+    assert main(["savepoint", "--job", str(job.path)]) == 0
+    folder = Path(capsys.readouterr().out.split(": ", 1)[1].splitlines()[0])
+    manifest = read_manifest(folder)
+    assert {op.uid for op in manifest.operators} == {"slots", "sums"}
+    assert all(q.next_watermark_ms for q in manifest.queries)
+
+    feed_events(bs, source, feed[EVENTS // 2 :])
+    restore_from(str(job.path), str(folder), allow_non_restored=False)
+    run_job(job.path)
+
+    never_stopped = {name: topic_factory(partitions=2) for name in names}
+    run_job(_job(tmp_path / "never-stopped", bs, "timed", source, never_stopped).path)
+    for name in names:
+        got, want = read_json(bs, stopped[name]), read_json(bs, never_stopped[name])
+        assert want, f"{name}: the reference run wrote nothing"
+        assert per_key(got, "user") == per_key(want, "user"), f"{name}: the restored run differs"

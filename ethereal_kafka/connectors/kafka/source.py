@@ -75,6 +75,16 @@ def initial_offsets_file(config: KafkaSourceConfig) -> str:
     return f"initial-offsets-{config.name}@{config.group}.json"
 
 
+def hold_path(config: KafkaSourceConfig) -> Path | None:
+    """The file that, while it exists, makes the source admit no record (`KafkaStreamReader.latestOffset`): a
+    restore into a query with event time holds its first epoch to the carried event time alone
+    (`runtime.savepoint`). One per source and consumer group, beside the pinned initial offsets; None without a
+    checkpoint location."""
+    if not config.checkpoint_location:
+        return None
+    return Path(config.checkpoint_location) / "ethereal-kafka" / f"hold-{config.name}@{config.group}"
+
+
 def pinned_initial_offsets(config: KafkaSourceConfig) -> Offsets | None:
     """The initial offsets a query's first epoch started from, as the source pinned them in its checkpoint (see
     `KafkaStreamReader.initialOffset`); None when not pinned (no checkpoint location, or not yet asked)."""
@@ -202,12 +212,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self.resolver.latest(tps)
 
     def latestOffset(self, start: SourceOffset, limit: ReadLimit) -> SourceOffset:
-        """End offsets of the next epoch: the latest stable offsets, within `limit`.
+        """End offsets of the next epoch: the latest stable offsets, within `limit` (none while `hold_path` exists).
 
         New partitions appear here (they start at their earliest offset); no partition ever moves backwards.
         """
         begin = to_flat(topics_only(start))
-        if self._target is not None:
+        held = hold_path(self.config)
+        if held is not None and held.exists():
+            latest = dict(begin)  # a restore's first epoch: the carried event time only
+        elif self._target is not None:
             latest = dict(self._target)
         else:
             latest = self.resolver.latest(self.resolver.topic_partitions())

@@ -117,7 +117,7 @@ def compile_framework_window(ctx: CompileContext, node: g.WindowNode, stream: St
         )
     plan, schema = _plan(node, stream, window)
     return Stream.of(
-        _run(stream, plan, schema),
+        _run(stream, plan, schema, ctx.initial_state(node), node.label),
         key_fields=stream.key_fields,
         watermarked=False,
         tags=(node.late_tag,) if node.late_tag is not None else (),
@@ -147,14 +147,22 @@ def _plan(node: g.WindowNode, stream: Stream, window: WindowSpec) -> tuple[Windo
     return plan, schema
 
 
-def _run(stream: Stream, plan: WindowPlan, schema: StructType) -> DataFrame:
-    """The operator over `stream`, its output with the key fields first (see the module docstring)."""
+def _run(
+    stream: Stream, plan: WindowPlan, schema: StructType, initial: DataFrame | None = None, label: str = ""
+) -> DataFrame:
+    """The operator over `stream`, its output with the key fields first (see the module docstring); `initial`: its
+    state restored from a savepoint."""
     from pyspark.sql import functions as F
 
     keep = [*stream.fields, *[c for c in (TS, PART, OFFSET, KEY) if c in stream.frame.columns]]
     mode = "EventTime" if plan.window.needs_event_time else "None"
     frame = transform(
-        stream.frame.select(*[F.col(f"`{c}`") for c in keep]), WindowProcessor(plan), schema, mode
+        stream.frame.select(*[F.col(f"`{c}`") for c in keep]),
+        WindowProcessor(plan),
+        schema,
+        mode,
+        initial,
+        label,
     )
     tail = [c for c in (TS, KEY, TAG) if c in schema.names and (c != TS or plan.event_time)] + [SEQ]
     if plan.late_tag is not None:

@@ -20,8 +20,8 @@ def test_a_query_with_two_watermarked_inputs_carries_both_by_sources_and_timesta
     )
     joined = g.UnionNode(id=4, inputs=(b, a))
     assert carried_watermarks((g.SinkNode(id=5, inputs=(joined,), sink="out"),)) == (
-        (2, "input:orders@timestamp"),
-        (3, "input:payments@paid"),
+        (2, "input:orders@timestamp", 5),
+        (3, "input:payments@paid", 5),
     )
     # Built in the other order, after another operator: other node ids, the same keys.
     a = g.WatermarkNode(id=7, inputs=(g.MapNode(id=6, inputs=(_source(0, "orders"),)),), strategy=BOUNDED)
@@ -29,7 +29,7 @@ def test_a_query_with_two_watermarked_inputs_carries_both_by_sources_and_timesta
         id=3, inputs=(_source(1, "payments"),), strategy=BOUNDED.with_timestamp_assigner("paid")
     )
     joined = g.UnionNode(id=8, inputs=(a, b))
-    assert dict(carried_watermarks((g.SinkNode(id=9, inputs=(joined,), sink="out"),))) == {
+    assert {n: k for n, k, _ in carried_watermarks((g.SinkNode(id=9, inputs=(joined,), sink="out"),))} == {
         7: "input:orders@timestamp",
         3: "input:payments@paid",
     }
@@ -42,9 +42,9 @@ def test_a_uid_names_the_watermark_and_look_alikes_are_numbered_in_graph_order()
     c = g.WatermarkNode(id=4, inputs=(orders,), strategy=BOUNDED, uid="late-orders")
     joined = g.UnionNode(id=5, inputs=(a, b, c))
     assert carried_watermarks((g.SinkNode(id=6, inputs=(joined,), sink="out"),)) == (
-        (2, "input:orders@timestamp"),
-        (3, "input:orders@timestamp#2"),
-        (4, "uid:late-orders"),
+        (2, "input:orders@timestamp", 5),
+        (3, "input:orders@timestamp#2", 5),
+        (4, "uid:late-orders", 5),
     )
 
 
@@ -55,3 +55,7 @@ def test_one_watermarked_input_or_an_idle_one_carries_nothing() -> None:
     # under the max policy (an input declares idleness) Spark's checkpointed watermark is already exact
     union = g.UnionNode(id=4, inputs=(a, idle))
     assert carried_watermarks((g.SinkNode(id=5, inputs=(union,), sink="out"),)) == ()
+    # restoring a savepoint into a new checkpoint, every watermark carries (its first epoch would run with 0)
+    assert carried_watermarks((g.SinkNode(id=3, inputs=(a,), sink="out"),), restoring=True) == (
+        (1, "input:?@timestamp", 5),
+    )

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ethereal_kafka.plan.evolution import CARRIED, CHANGED, DROPPED, LAYOUT, NEW, NO_UID, WATERMARKS, compare
+from ethereal_kafka.plan.evolution import (
+    CARRIED,
+    CHANGED,
+    DROPPED,
+    LAYOUT,
+    NEW,
+    NO_UID,
+    WATERMARKS,
+    compare,
+    compare_savepoint,
+)
 
 
 def _node(
@@ -154,3 +164,27 @@ def test_watermarks_that_carry_event_time_are_matched_by_carry_key_not_position(
     assert "input:payments@ts is gone (now input:orders@ts, input:payments@paid_at)" in gone[0].line
     # nothing carried before (idleness, or one watermark, or a run recorded before carry keys): nothing to keep
     assert compare(_marks((2, None), (5, None)), _marks((3, "input:payments@ts"))) == []
+
+
+def test_a_savepoint_restores_by_uid_into_any_query_and_layout_but_not_what_it_cannot_seed() -> None:
+    held = [("totals", "rolling", "out"), ("kinds", "process", "kinds"), ("gone", "process", "x")]
+    new = _plan(
+        _node("totals", kind="rolling", query="elsewhere"),
+        _node("kinds", kind="window", query="kinds", runs="spark-native"),
+        _node("fresh", kind="process"),
+    )
+    findings = compare_savepoint(held, new)
+    assert _verdicts(findings) == [
+        (CARRIED, "totals", False),
+        (CHANGED, "kinds", True),
+        (DROPPED, "gone", True),
+        (NEW, "fresh", False),
+    ]
+    assert "kind process -> window" in findings[1].line and "--allow-non-restored-state" in findings[2].line
+    (native,) = compare_savepoint(
+        [("w", "window", "q")], _plan(_node("w", kind="window", runs="spark-native"))
+    )
+    assert native.verdict == CHANGED and "cannot seed a window" in native.line
+    assert _verdicts(compare_savepoint(held[2:], _plan(), allow_non_restored=True)) == [
+        (DROPPED, "gone", False)
+    ]
