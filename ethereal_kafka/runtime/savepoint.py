@@ -291,9 +291,8 @@ def initial_states(path: Path, manifest: Manifest) -> dict[str, str]:
 def check_restore(
     path: Path, manifest: Manifest, restored: set[str], plan: Mapping[str, Any], allow_non_restored: bool
 ) -> None:
-    """Refuse a restore that would lose state or resume it wrongly: a savepoint operator the new version (`plan`)
-    lacks or cannot seed (unless `allow_non_restored` and the version lacks it), or one seeded into a query with
-    event time.
+    """Refuse a restore that would lose state: a savepoint operator the new version (`plan`) lacks or cannot seed
+    (unless `allow_non_restored` and the version lacks it).
 
     Raises:
         SavepointError: one line naming the savepoint, the operator and the way out.
