@@ -87,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
     reach_clusters(app)  # a cluster that is not there fails in about a second
     plan = plan_replay(app.app_id, app.sources, start, stable=False)
     print(render_plan(plan))
+    warning = rewind_warning(plan)
+    if warning is not None:
+        print(warning)
     if args.into:
         return _into(app, plan, args.into, args.dry_run)
     root = checkpoint_dir(app.checkpoint_root)
@@ -134,6 +137,19 @@ def apply_start(app: AppJob, plan: ReplayPlan, force: bool) -> ReplayOutcome:
             sink.passthrough,
             pool=record.pool if record is not None and record.pool else None,
         )
+
+
+def rewind_warning(plan: ReplayPlan) -> str | None:
+    """For a restore from a savepoint the app has read past: one line saying its output from there on will be
+    written again (as with any replay into the same topics); None otherwise."""
+    ahead = [r for r in plan.resets if r.committed is not None and r.committed > r.new]
+    if plan.start.kind != "savepoint" or not ahead:
+        return None
+    records = sum(r.committed - r.new for r in ahead if r.committed is not None)
+    return (
+        f"warning: app {plan.app_id} has read {records} record(s) past this savepoint on {len(ahead)} partition(s): "
+        "their output is written again (point the sinks at new topics to keep one copy)"
+    )
 
 
 def render_plan(plan: ReplayPlan) -> str:

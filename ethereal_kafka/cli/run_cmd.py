@@ -58,7 +58,7 @@ def restore_from(job: str, savepoint: str, allow_non_restored: bool) -> None:
     import dataclasses
 
     from ethereal_kafka.cli.app_job import resolve_app
-    from ethereal_kafka.cli.replay_cmd import apply_start, render_outcome
+    from ethereal_kafka.cli.replay_cmd import apply_start, render_outcome, rewind_warning
     from ethereal_kafka.eos.replay import ReplayStart, plan_replay
 
     app = resolve_app(argparse.Namespace(app=None, job=job))
@@ -66,4 +66,7 @@ def restore_from(job: str, savepoint: str, allow_non_restored: bool) -> None:
         ReplayStart.parse(f"savepoint:{savepoint}"), allow_non_restored=allow_non_restored
     )
     plan = plan_replay(app.app_id, app.sources, start, stable=False)
+    warning = rewind_warning(plan)
+    if warning is not None:
+        print(warning)
     print(render_outcome(app.app_id, apply_start(app, plan, force=False)))

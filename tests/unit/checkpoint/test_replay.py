@@ -178,3 +178,21 @@ def test_only_a_root_with_more_than_an_intent_is_moved(tmp_path: Path) -> None:
     assert not has_checkpoint(root), "a second replay before any run rewrites the intent in place"
     (root / "out").mkdir()
     assert has_checkpoint(root)
+
+
+def test_a_restore_from_a_savepoint_the_app_read_past_warns_that_output_repeats() -> None:
+    from ethereal_kafka.cli.replay_cmd import rewind_warning
+
+    resets = (
+        PartitionReset("orders", "shop", "o", 0, 10, 4, 12),
+        PartitionReset("orders", "shop", "o", 1, 7, 7, 9),
+    )
+    saved = ReplayStart("savepoint", offsets=(("o", 0, 4), ("o", 1, 7)), savepoint="/sp/sp-x")
+    line = rewind_warning(ReplayPlan("shop", saved, resets))
+    assert line == (
+        "warning: app shop has read 6 record(s) past this savepoint on 1 partition(s): their output is written "
+        "again (point the sinks at new topics to keep one copy)"
+    )
+    at_the_savepoint = (PartitionReset("orders", "shop", "o", 0, 4, 4, 12),)
+    assert rewind_warning(ReplayPlan("shop", saved, at_the_savepoint)) is None
+    assert rewind_warning(ReplayPlan("shop", ReplayStart("earliest"), resets)) is None
