@@ -1,5 +1,8 @@
-"""`ethereal-kafka savepoint APP [--into DIR]` and `ethereal-kafka savepoints APP`: take a savepoint of a stopped app
-(its position and operator state, in an open format: `checkpoint.savepoints`, `runtime.savepoint`), and list them.
+"""`ethereal-kafka savepoint APP [--stop] [--into DIR]` and `ethereal-kafka savepoints APP`: take a savepoint of a
+stopped app (its position and operator state, in an open format: `checkpoint.savepoints`, `runtime.savepoint`), and
+list them. `--stop` first stops the running instance (Flink's stop-with-savepoint): it is asked to hand over, as
+`run --takeover` asks, and stops between epochs, every epoch that started writing committed; the savepoint is then
+taken of the position it stopped at.
 
 A savepoint is restored with `ethereal-kafka run JOB --from-savepoint PATH` (or `replay APP --from
 savepoint:PATH`, then `run`): the app is reset to the savepoint's offsets and the new version's operators start
@@ -36,6 +39,18 @@ def register(sub: Any) -> None:
         "--into", metavar="DIR", help="the savepoints' folder (default <checkpoint.location>.savepoints)"
     )
     take.add_argument(
+        "--stop",
+        action="store_true",
+        help="stop the running instance between epochs first (it hands over, as to `run --takeover`), then take it",
+    )
+    take.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="with --stop: how long the instance may take to stop (default 120)",
+    )
+    take.add_argument(
         "--force",
         action="store_true",
         help="take it even though the app was last claimed by an instance that did not start on this host",
@@ -67,6 +82,8 @@ def run_take(args: argparse.Namespace) -> int:
     from ethereal_kafka.runtime.savepoint import take_savepoint
 
     app = resolve_app(args)
+    if args.stop:
+        stop_running(app, args.stop_timeout)
     described = read_description(app.app_id, RESUMABLE_FILE)
     if described is None:
         where = description_path(app.app_id, RESUMABLE_FILE)
@@ -81,6 +98,42 @@ def run_take(args: argparse.Namespace) -> int:
     print(f"savepoint of app {app.app_id}: {path}")
     print(_summary(read_manifest(path)))
     return 0
+
+
+def stop_running(app: AppJob, timeout_s: float) -> None:
+    """Ask the app's running instance to stop between epochs (a takeover request), and wait until it released its
+    claim and its run lock on this host; nothing to do when no instance holds the claim.
+
+    Raises:
+        AppRunningError: it did not stop within `timeout_s`.
+    """
+    import uuid
+
+    from ethereal_kafka.checkpoint.errors import AppRunningError
+    from ethereal_kafka.eos.ownership import describe, read_claim, request_takeover
+
+    sink = app.sink
+    found = read_claim(app.app_id, sink.bootstrap_servers, sink.passthrough)
+    if found is None or found[0].released:
+        return
+    running = describe(*found)
+    request_takeover(
+        app.app_id, sink.bootstrap_servers, sink.passthrough, f"savepoint-{uuid.uuid4().hex[:8]}"
+    )
+    print(f"asked {running} to stop between epochs")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = read_claim(app.app_id, sink.bootstrap_servers, sink.passthrough)
+        if found is None or found[0].released:
+            try:
+                with exclusive_run_lock(app.app_id):
+                    return
+            except AppRunningError:
+                pass  # released its claim, still ending on this host
+        time.sleep(0.5)
+    raise AppRunningError(
+        f"app {app.app_id}: {running} did not stop within {timeout_s:.0f}s; nothing was taken"
+    )
 
 
 def run_list(args: argparse.Namespace) -> int:

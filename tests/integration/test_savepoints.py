@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -61,22 +62,37 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     feed_events(bs, source, feed[: EVENTS // 2])
     stopped = {"totals": topic_factory(partitions=2), "kinds": topic_factory(partitions=2)}
     job = _job(tmp_path / "stopped", bs, "v1", source, stopped)
-    run_job(job.path)
+    # The job runs on (no end of input) until `savepoint --stop` stops it between epochs and takes the savepoint.
+    running = ThreadPoolExecutor(1).submit(run_job, job.path, available_now=False)
+    deadline = time.monotonic() + 120
+    while len(read_json(bs, stopped["totals"])) < EVENTS // 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
     capsys.readouterr()
+    assert main(["savepoint", "--stop", "--job", str(job.path)]) == 0
+    out = capsys.readouterr().out
+    assert "to stop between epochs" in out
+    report = running.result(timeout=60).report
+    assert report is not None and report.how == "graceful" and "savepoint-" in (report.taken_over_by or ""), (
+        report
+    )
+    taken = re.search(r"^savepoint of app \S+: (\S+)$", out, re.M)
+    assert taken is not None
+    folder = Path(taken.group(1))
 
-    # SIGKILLed right after a table is written, or after the manifest is written and before the rename: no
-    # savepoint is listed, and the next one clears what the killed ones left.
+    # SIGKILLed right after a table is written, or after the manifest is written and before the rename: nothing
+    # new is listed, and the next savepoint clears what the killed ones left.
     location = Path(f"{job.checkpoint}.savepoints")
     for step in ("table totals", "manifest"):
         _kill_savepoint_after(job.path, step, tmp_path / f"kill-{step.split()[0]}")
-        assert list_savepoints(location) == [], f"a savepoint killed after {step!r} is listed"
-        assert [p.name.startswith(".sp-") for p in location.iterdir()] == [True]
+        assert [p for p, _ in list_savepoints(location)] == [folder], (
+            f"a savepoint killed after {step!r} is listed"
+        )
+        assert sorted(p.name.startswith(".sp-") for p in location.iterdir()) == [False, True]
     assert main(["savepoint", "--job", str(job.path)]) == 0
-    taken = re.search(r"^savepoint of app \S+: (\S+)$", capsys.readouterr().out, re.M)
-    assert taken is not None
-    folder = Path(taken.group(1))
+    again = read_manifest(Path(capsys.readouterr().out.split(": ", 1)[1].splitlines()[0]))
+    assert len(list(location.iterdir())) == 2 and len(list_savepoints(location)) == 2
     manifest = read_manifest(folder)
-    assert [p for p, _ in list_savepoints(location)] == [folder] and list(location.iterdir()) == [folder]
+    assert again.offsets() == manifest.offsets(), "two savepoints of a stopped app differ"
     # three epochs of data each; the processing-time query `kinds` may have run empty ones after them
     epochs = {q.name: q.epoch for q in manifest.queries}
     assert epochs["totals"] == 2 and epochs["kinds"] >= 2, epochs
