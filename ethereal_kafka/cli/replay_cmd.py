@@ -142,13 +142,18 @@ def apply_start(app: AppJob, plan: ReplayPlan, force: bool) -> ReplayOutcome:
 def rewind_warning(plan: ReplayPlan) -> str | None:
     """For a restore from a savepoint the app has read past: one line saying its output from there on will be
     written again (as with any replay into the same topics); None otherwise."""
-    ahead = [r for r in plan.resets if r.committed is not None and r.committed > r.new]
+    ahead: dict[
+        tuple[str, int], int
+    ] = {}  # per input partition (a source read by several queries: one group each)
+    for r in plan.resets:
+        if r.committed is not None and r.committed > r.new:
+            tp = (r.topic, r.partition)
+            ahead[tp] = max(ahead.get(tp, 0), r.committed - r.new)
     if plan.start.kind != "savepoint" or not ahead:
         return None
-    records = sum(r.committed - r.new for r in ahead if r.committed is not None)
     return (
-        f"warning: app {plan.app_id} has read {records} record(s) past this savepoint on {len(ahead)} partition(s): "
-        "their output is written again (point the sinks at new topics to keep one copy)"
+        f"warning: app {plan.app_id} has read {sum(ahead.values())} record(s) past this savepoint on {len(ahead)} "
+        "partition(s): their output is written again (point the sinks at new topics to keep one copy)"
     )
 
 

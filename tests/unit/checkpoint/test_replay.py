@@ -185,6 +185,7 @@ def test_a_restore_from_a_savepoint_the_app_read_past_warns_that_output_repeats(
 
     resets = (
         PartitionReset("orders", "shop", "o", 0, 10, 4, 12),
+        PartitionReset("orders", "shop.q2", "o", 0, 10, 4, 12),  # a second query's group: the same records
         PartitionReset("orders", "shop", "o", 1, 7, 7, 9),
     )
     saved = ReplayStart("savepoint", offsets=(("o", 0, 4), ("o", 1, 7)), savepoint="/sp/sp-x")
