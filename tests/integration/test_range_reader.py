@@ -72,7 +72,9 @@ def test_the_next_epochs_range_starts_without_waiting_out_a_fetch_backoff(
                     producer.poll(0.05)
     assert producer.flush(60) == 0
 
-    quick = _slowest_first_chunk_s(bs, topic, {})
+    # The better of two passes: a loaded machine (the suite runs three workers on two cores) only adds to a wait,
+    # and a stall the configuration failed to remove would show in both.
+    quick = min(_slowest_first_chunk_s(bs, topic, {}) for _ in range(2))
     # The same reads with librdkafka's default backoff: the stall the reader's configuration removes.
     stalled = _slowest_first_chunk_s(bs, topic, {"fetch.queue.backoff.ms": "1000"})
 
