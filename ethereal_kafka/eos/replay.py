@@ -501,11 +501,14 @@ def take_replay_intent(checkpoint_root: str, app_id: str, fresh: bool) -> dict[s
 
 def intent_savepoint(checkpoint_root: str, app_id: str) -> tuple[str, bool] | None:
     """The savepoint whose state the replay intent of `app_id` restores (`--from savepoint:...`) and whether state
-    the new version lacks may be dropped, or None (no intent, another kind, or an intent of another app). Read
-    before `take_replay_intent`, with a fresh checkpoint only."""
+    the new version lacks may be dropped, or None (no intent, another kind, or an intent of another app). The
+    intent or, once an epoch was logged, the retired one: the caller reads it until a query committed an epoch, as
+    an epoch 0 a crash cut short replays with the restored state too."""
     root = local_path(checkpoint_root)
-    path = root / INTENT_FILE if root is not None else None
-    if path is None or not path.is_file():
+    if root is None:
+        return None
+    path = next((p for p in (root / INTENT_FILE, root / APPLIED_FILE) if p.is_file()), None)
+    if path is None:
         return None
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))

@@ -100,26 +100,51 @@ class QueryMarkers:
     def read(self) -> Iterator[tuple[str, EpochMarker]]:
         """Every epoch marker Kafka holds for the query: on its sources' groups, and (shuffling) on its progress
         group; each with where it was read."""
-        for source in self.sources:
-            resolver = PositionResolver(source)
-            try:
-                tps = resolver.topic_partitions()
-            finally:
-                resolver.close()
-            found = committed_offsets(
-                source.bootstrap_servers, source.group, source.passthrough, tps, stable=self.stable
-            )
-            for offset in found:
-                if offset.marker is not None:
-                    yield f"group {source.group}, {offset.topic}[{offset.partition}]", offset.marker
-        if self.query.layout == Layout.SHUFFLING:
-            group, topic = progress_group(self.app_id, self.query.name), progress_topic(self.app_id)
-            parts = [(topic, p) for p in range(self.sink_tasks)]
-            for offset in committed_offsets(
-                self.bootstrap, group, self.passthrough, parts, stable=self.stable
-            ):
-                if offset.marker is not None:
-                    yield f"group {group}, {offset.topic}[{offset.partition}]", offset.marker
+        progress = self.sink_tasks if self.query.layout == Layout.SHUFFLING else 0
+        yield from read_markers(
+            self.app_id,
+            self.query.name,
+            self.sources,
+            progress,
+            self.bootstrap,
+            self.passthrough,
+            self.stable,
+        )
+
+
+def read_markers(
+    app_id: str,
+    query: str,
+    sources: Iterable[KafkaSourceConfig],
+    progress_partitions: int,
+    bootstrap: str,
+    passthrough: Mapping[str, str],
+    stable: bool = True,
+) -> Iterator[tuple[str, EpochMarker]]:
+    """Every epoch marker Kafka holds on `sources`' groups and on the first `progress_partitions` partitions of the
+    query's progress group (0: none, a query that keeps Kafka's partitioning), each with where it was read.
+
+    Raises:
+        KafkaConnectionError: the cluster did not answer after bounded retries.
+    """
+    for source in sources:
+        resolver = PositionResolver(source)
+        try:
+            tps = resolver.topic_partitions()
+        finally:
+            resolver.close()
+        found = committed_offsets(
+            source.bootstrap_servers, source.group, source.passthrough, tps, stable=stable
+        )
+        for offset in found:
+            if offset.marker is not None:
+                yield f"group {source.group}, {offset.topic}[{offset.partition}]", offset.marker
+    if progress_partitions:
+        group, topic = progress_group(app_id, query), progress_topic(app_id)
+        parts = [(topic, p) for p in range(progress_partitions)]
+        for offset in committed_offsets(bootstrap, group, passthrough, parts, stable=stable):
+            if offset.marker is not None:
+                yield f"group {group}, {offset.topic}[{offset.partition}]", offset.marker
 
 
 def check_log_against_kafka(scope: QueryMarkers) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ethereal_kafka.plan.describe import SPARK, Description
+from ethereal_kafka.plan.describe import FRAMEWORK, SPARK, Description
 
 #: Verdicts of `Finding`.
 CARRIED, NEW, DROPPED, CHANGED, NO_UID, LAYOUT = "carried", "new", "dropped", "changed", "no-uid", "layout"
@@ -105,7 +105,8 @@ def compare(
     return findings
 
 
-#: Operators a savepoint holds the state of and a restore seeds (`runtime.savepoint.EXPORTED_KINDS`).
+#: Operators a savepoint takes the state of and a restore seeds (`plan.describe` kinds, run by the framework;
+#: `runtime.savepoint`).
 RESTORABLE = ("process", "coprocess", "rolling", "window")
 
 
@@ -131,7 +132,7 @@ def compare_savepoint(
                 findings.append(Finding(DROPPED, uid, f"{what}: {why} (--allow-non-restored-state)", True))
         elif now.get("kind") != kind:
             findings.append(Finding(CHANGED, uid, f"{what}: kind {kind} -> {now.get('kind')}", True))
-        elif now.get("kind") not in RESTORABLE or now.get("runs") == SPARK:
+        elif now.get("kind") not in RESTORABLE or now.get("runs") != FRAMEWORK:
             findings.append(
                 Finding(CHANGED, uid, f"{what}: a restore cannot seed a {now.get('kind')} yet", True)
             )

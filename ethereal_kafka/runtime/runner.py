@@ -27,7 +27,7 @@ from ethereal_kafka.checkpoint.savepoints import read_manifest
 from ethereal_kafka.checkpoint.spark_log import has_progress
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import JobConfig, LoadedJob, load_job
-from ethereal_kafka.connectors.event_time import mark_replay, maxima_behind, prepare_carry
+from ethereal_kafka.connectors.event_time import last_committed, mark_replay, maxima_behind, prepare_carry
 from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_clients
 from ethereal_kafka.eos.coordinator import CheckpointCoordinator
 from ethereal_kafka.eos.epoch_writer import EpochWriter
@@ -59,7 +59,13 @@ from ethereal_kafka.runtime.planners import planner_release
 from ethereal_kafka.runtime.preflight import require_preflight
 from ethereal_kafka.runtime.restarts import RestartTracker
 from ethereal_kafka.runtime.run_metrics import RunMetrics, open_metrics
-from ethereal_kafka.runtime.savepoint import HoldRelease, check_restore, hold_for_event_time, initial_states
+from ethereal_kafka.runtime.savepoint import (
+    HoldRelease,
+    check_restore,
+    held_sources,
+    hold_for_event_time,
+    initial_states,
+)
 from ethereal_kafka.runtime.source_bounds import bounded_source
 
 if TYPE_CHECKING:
@@ -110,6 +116,15 @@ def checkpoint_has_progress(root: str) -> bool:
     folder = Path(root)
     return folder.is_dir() and any(
         child.is_dir() and child.name != "sources" and has_progress(child) for child in folder.iterdir()
+    )
+
+
+def checkpoint_has_commits(root: str) -> bool:
+    """True when any query under the job's checkpoint folder has committed an epoch."""
+    folder = Path(root)
+    return folder.is_dir() and any(
+        child.is_dir() and child.name != "sources" and last_committed(child) is not None
+        for child in folder.iterdir()
     )
 
 
@@ -183,7 +198,9 @@ def _start(
     job = loaded.job
     fresh = not checkpoint_has_progress(job.checkpoint_location)
     # A replay leaves its start positions in the checkpoint root; they apply while the checkpoint is fresh.
-    restore = intent_savepoint(job.checkpoint_location, job.app_id) if fresh else None
+    # A restore's state goes into the plan until an epoch commits: a replayed epoch 0 needs it as the first did.
+    restoring = not checkpoint_has_commits(job.checkpoint_location)
+    restore = intent_savepoint(job.checkpoint_location, job.app_id) if restoring else None
     replay_starts = take_replay_intent(job.checkpoint_location, job.app_id, fresh)
     sources = job_sources(loaded, fresh, replay_starts)
     restored: set[str] = set()
@@ -197,7 +214,9 @@ def _start(
         check_restore(folder, manifest, restored, pipeline.plan, restore[1])
         log.info("app %s: restoring %s from savepoint %s", job.app_id, ", ".join(sorted(restored)), folder)
     builds = pipeline.queries
-    holds = hold_for_event_time(manifest, builds, job) if restore is not None else {}
+    if restore is not None:
+        hold_for_event_time(manifest, builds, job)
+    holds = held_sources(builds, job)
     for build in builds:  # before anything is claimed or recorded: a refused version changes nothing
         if build.carried_event_time:
             prepare_carry(job.query_checkpoint(build.name), {n: k for n, k, _ in build.carried_event_time})

@@ -5,9 +5,10 @@ Taking (`take_savepoint`; the caller holds the app's run lock and has checked th
 each query of the version the checkpoint holds (`runtime.description.RESUMABLE_FILE`), the last epoch Spark
 committed, the end offsets and watermark that epoch ran with, and each stateful operator's state as of that epoch,
 read with Spark's state data source (`statestore`, `state-metadata`) over every partition, so the table does not
-depend on the shuffle partition count. An epoch Spark logged and did not commit (a stop ended it) is left out when
-Kafka holds none of its output: no epoch marker of the query's checkpoint on its sources' groups or its progress
-group names an epoch after the last committed one. Otherwise the savepoint is refused: Kafka would be ahead of it.
+depend on the shuffle partition count. The savepoint is refused when Kafka is ahead of that epoch: an epoch marker
+of the query's checkpoint on its sources' groups or its progress group names a later epoch (an epoch a crash cut in
+the middle of its commit, or a checkpoint that lost or never synced files). An epoch Spark logged and did not
+commit whose output Kafka does not hold (a stop ended it) is left out.
 
 What this version covers, refused in one line otherwise: framework operators on Spark's transformWithState (keyed
 process functions, connected keyed process functions, rolling aggregates, windows), one per query. Spark-native
@@ -48,12 +49,13 @@ from ethereal_kafka.checkpoint.spark_log import (
     epoch_end_offsets,
     epoch_watermark_ms,
     next_watermark_ms,
-    uncommitted_epoch,
 )
 from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.config.job import JobConfig, LoadedJob
 from ethereal_kafka.connectors.event_time import last_committed, maxima_path, read_maxima
 from ethereal_kafka.faults import savepoint_step
+from ethereal_kafka.plan.describe import FRAMEWORK
+from ethereal_kafka.plan.evolution import RESTORABLE
 from ethereal_kafka.plan.operators.base import TIMERS_VAR
 from ethereal_kafka.plan.schema import KEY
 
@@ -62,10 +64,8 @@ if TYPE_CHECKING:
 
     from ethereal_kafka.plan.query import Query
 
-#: Operators whose state a savepoint takes (`plan.describe` kinds, run by the framework).
-EXPORTED_KINDS = ("process", "coprocess", "rolling", "window")
-#: Spark's kinds of state variables, as `state-metadata` names them, and how a restore writes them.
-VARIABLE_KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map", "TimerState": "timers"}
+#: Spark's kinds of state variables (as `state-metadata` names them) a savepoint takes.
+VARIABLE_KINDS = ("ValueState", "ListState", "MapState", "TimerState")
 
 
 def take_savepoint(
@@ -83,6 +83,8 @@ def take_savepoint(
         SavepointError: Kafka holds output of an epoch Spark did not commit, a query never committed one, or keeps
             state this version cannot take (the message names the query or operator and the way out).
     """
+    import pyarrow.parquet as pq  # here, not at import: the runner imports this module at every start
+
     now = int(time.time() * 1000) if now_ms is None else now_ms
     job = loaded.job
     positions: list[QueryPosition] = []
@@ -97,13 +99,14 @@ def take_savepoint(
         epoch = last_committed(folder)
         if epoch is None:
             raise SavepointError(f"query {name}: no epoch committed yet; nothing to take a savepoint of")
-        if uncommitted_epoch(folder) is not None:
-            ahead = _kafka_epoch(job.app_id, name, folder, sources, loaded)
-            if ahead is not None and ahead > epoch:
-                raise SavepointError(
-                    f"query {name}: Kafka holds output of epoch {ahead}, which Spark's checkpoint did not commit; "
-                    "start the job once more unchanged and stop it gracefully, then take the savepoint"
-                )
+        ahead = _kafka_epoch(job.app_id, name, folder, sources, loaded)
+        if ahead is not None and ahead[0] > epoch:
+            raise SavepointError(
+                f"query {name}: Kafka holds output of epoch {ahead[0]} ({ahead[1]}), which Spark's checkpoint "
+                f"{folder} did not commit (its last commit is epoch {epoch}); a savepoint there would have the "
+                "restored run write that output again. If a stop cut the epoch, start the job once more unchanged "
+                "and stop it gracefully; if the checkpoint lost files, restore them first"
+            )
         offsets = [
             [topic, partition, offset]
             for source in epoch_end_offsets(folder, epoch)
@@ -130,46 +133,33 @@ def take_savepoint(
     for uid, kind, query_name, operator_id, variables, frame in exports:
         relative = operator_folder(uid)
         frame.coalesce(1).write.parquet(str(scratch / relative))
-        rows = spark.read.parquet(str(scratch / relative)).count()
+        files = file_digests(scratch, relative)
+        rows = sum(pq.ParquetFile(scratch / name).metadata.num_rows for name in files)  # the footers only
         savepoint_step(f"table {uid}")
-        operators.append(
-            OperatorState(
-                uid, kind, query_name, operator_id, variables, relative, rows, file_digests(scratch, relative)
-            )
-        )
+        operators.append(OperatorState(uid, kind, query_name, operator_id, variables, relative, rows, files))
     manifest = Manifest(savepoint_id, job.app_id, now, str(loaded.path), tuple(positions), tuple(operators))
     return seal(scratch, manifest)
 
 
 def _kafka_epoch(
     app_id: str, query: str, folder: Path, sources: Mapping[str, KafkaSourceConfig], loaded: LoadedJob
-) -> int | None:
-    """The last epoch of the query's checkpoint that Kafka holds a marker of (its sources' groups, its progress
-    group), or None."""
-    from ethereal_kafka.connectors.kafka.positions import PositionResolver
-    from ethereal_kafka.eos.committed import committed_offsets
+) -> tuple[int, str] | None:
+    """The last epoch of the query's checkpoint that Kafka holds a marker of (`eos.startup.read_markers`: its
+    sources' groups, its progress group), with where; None when it holds none."""
     from ethereal_kafka.eos.layout import read_layout
-    from ethereal_kafka.eos.names import progress_group, progress_topic
+    from ethereal_kafka.eos.startup import read_markers
 
     incarnation = checkpoint_id(folder)
-    found: list[int] = []
-    for source in sources.values():
-        resolver = PositionResolver(source)
-        try:
-            tps = resolver.topic_partitions()
-        finally:
-            resolver.close()
-        for offset in committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps):
-            if offset.marker is not None and offset.marker.of(app_id, incarnation):
-                found.append(offset.marker.epoch)
     layout = read_layout(folder)
-    if layout is not None and layout.layout == "shuffling":
-        sink = next(iter(loaded.sinks.values()))
-        parts = [(progress_topic(app_id), p) for p in range(layout.sink_tasks)]
-        group = progress_group(app_id, query)
-        for offset in committed_offsets(sink.bootstrap_servers, group, sink.passthrough, parts):
-            if offset.marker is not None and offset.marker.of(app_id, incarnation):
-                found.append(offset.marker.epoch)
+    progress = layout.sink_tasks if layout is not None and layout.layout == "shuffling" else 0
+    sink = next(iter(loaded.sinks.values()))
+    found = [
+        (marker.epoch, where)
+        for where, marker in read_markers(
+            app_id, query, sources.values(), progress, sink.bootstrap_servers, sink.passthrough
+        )
+        if marker.of(app_id, incarnation)
+    ]
     return max(found) if found else None
 
 
@@ -188,10 +178,11 @@ def _export(
         )
     node = stateful[0]
     uid, kind = str(node.get("uid")), str(node.get("kind"))
-    if kind not in EXPORTED_KINDS or node.get("runs") != "framework":
+    if kind not in RESTORABLE or node.get("runs") != FRAMEWORK:
         raise SavepointError(
             f"operator {uid} ({kind}, {node.get('runs')}) of query {query}: savepoints take the state of keyed "
-            "process functions and rolling aggregates so far; replay the job into a new checkpoint instead"
+            "process functions, rolling aggregates and the framework's windows so far; replay the job into a new "
+            "checkpoint instead"
         )
     operators = spark.read.format("state-metadata").load(str(folder)).collect()
     if len(operators) != 1 or "transformWithState" not in str(operators[0]["operatorName"]):
@@ -311,20 +302,19 @@ def check_restore(
             raise SavepointError(f"{path}: state of operator {op.uid} ({op.kind}) cannot be restored: {why}")
 
 
-def hold_for_event_time(manifest: Manifest, builds: Sequence[Query], job: JobConfig) -> dict[str, list[Path]]:
+def hold_for_event_time(manifest: Manifest, builds: Sequence[Query], job: JobConfig) -> None:
     """Before the first start of a restore: give each query with event time what its first epoch needs to run as
     the epoch after the savepoint would have. Per query the savepoint holds, each watermark's carried event time
     is seeded (`connectors.event_time.seed_maxima`: the largest event time its input read, as the savepoint kept
     it, else the watermark Spark computed after the savepoint's epoch plus the watermark's bound), and its sources
     are held (`connectors.kafka.source.hold_path`) so that the new checkpoint's epoch 0, which runs with watermark
-    0, reads no record: it carries the event time alone, and epoch 1 runs with the savepoint's watermark. Returns
-    per query the hold files to remove once it commits an epoch (`HoldRelease`).
+    0, reads no record: it carries the event time alone, and epoch 1 runs with the savepoint's watermark. The
+    holds go once the query commits an epoch (`held_sources`, `HoldRelease`).
     """
     from ethereal_kafka.connectors.event_time import seed_maxima
     from ethereal_kafka.connectors.kafka.source import hold_path
 
     positions = {q.name: q for q in manifest.queries}
-    holds: dict[str, list[Path]] = {}
     for build in builds:
         position = positions.get(build.name)
         if not build.carried_event_time or position is None or not build.sources:
@@ -338,12 +328,26 @@ def hold_for_event_time(manifest: Manifest, builds: Sequence[Query], job: JobCon
         if not seed:
             continue  # no event time read before the savepoint: epoch 0's watermark 0 is the one it had
         seed_maxima(job.query_checkpoint(build.name), seed)
-        files = [p for p in (hold_path(s) for s in build.sources) if p is not None]
-        for path in files:
+        for path in (p for p in (hold_path(s) for s in build.sources) if p is not None):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch()
-        holds[build.name] = files
-    return holds
+
+
+def held_sources(builds: Sequence[Query], job: JobConfig) -> dict[str, list[Path]]:
+    """At every start: the hold files (`hold_for_event_time`) of each query's sources that must stay until the
+    query commits an epoch, by query; those of a query that has committed one are removed now. A restore whose
+    first epoch a crash cut short is replayed held, and the next epoch is never held for good."""
+    from ethereal_kafka.connectors.kafka.source import hold_path
+
+    held: dict[str, list[Path]] = {}
+    for build in builds:
+        files = [p for p in (hold_path(s) for s in build.sources) if p is not None and p.exists()]
+        if files and last_committed(job.query_checkpoint(build.name)) is not None:
+            for path in files:
+                path.unlink(missing_ok=True)
+        elif files:
+            held[build.name] = files
+    return held
 
 
 class HoldRelease:

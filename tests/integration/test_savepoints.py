@@ -79,6 +79,17 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     assert taken is not None
     folder = Path(taken.group(1))
 
+    # A checkpoint behind Kafka (its last epoch's log files lost): Kafka holds output of an epoch the savepoint would
+    # have the restored run write again, so it is refused.
+    totals_log = job.checkpoint / "totals"
+    last = max(int(p.name) for p in (totals_log / "commits").iterdir() if p.name.isdigit())
+    for kind in ("commits", "offsets"):
+        (totals_log / kind / str(last)).rename(tmp_path / f"{kind}-{last}")
+    assert main(["savepoint", "--job", str(job.path)]) == 1
+    assert f"Kafka holds output of epoch {last}" in capsys.readouterr().err
+    for kind in ("commits", "offsets"):
+        (tmp_path / f"{kind}-{last}").rename(totals_log / kind / str(last))
+
     # SIGKILLed right after a table is written, or after the manifest is written and before the rename: nothing
     # new is listed, and the next savepoint clears what the killed ones left.
     location = Path(f"{job.checkpoint}.savepoints")

@@ -203,8 +203,8 @@ class Sequenced(StatefulProcessor):
 
     def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
         """Write one restored row into the state variable it names: a value's cell, a map entry, one element of a
-        list (at its position: rows come in no order, so the key's list is put again, sorted, at each), or a
-        registered timer.
+        list (at its position: appended when it comes next, as it does when the table is read in order, else the
+        key's list is put again, sorted), or a registered timer.
 
         Raises:
             RestoreError: the row names a state variable this version of the operator does not declare.
@@ -227,8 +227,14 @@ class Sequenced(StatefulProcessor):
             state.updateValue((initialState["map_key"],), (value,))
         else:
             elements = self._lists.setdefault((key, var), [])
-            elements.append((int(initialState["ordinal"]), value))
-            state.put([(v,) for _, v in sorted(elements)])
+            ordinal = int(initialState["ordinal"])
+            in_order = not elements or elements[-1][0] < ordinal
+            elements.append((ordinal, value))
+            if in_order:
+                state.appendValue((value,))
+            else:
+                elements.sort()
+                state.put([(v,) for _, v in elements])
 
     def close(self) -> None:
         """Delegate."""
@@ -263,7 +269,9 @@ class _RecordingHandle:
         return state
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        found = getattr(self._inner, name)
+        setattr(self, name, found)  # looked up once: timers are registered and listed per key on the hot path
+        return found
 
 
 def element_order(row: dict[str, Any]) -> tuple[Any, ...]:

@@ -197,3 +197,16 @@ def test_a_restore_from_a_savepoint_the_app_read_past_warns_that_output_repeats(
     at_the_savepoint = (PartitionReset("orders", "shop", "o", 0, 4, 4, 12),)
     assert rewind_warning(ReplayPlan("shop", saved, at_the_savepoint)) is None
     assert rewind_warning(ReplayPlan("shop", ReplayStart("earliest"), resets)) is None
+
+
+def test_a_restores_savepoint_is_read_from_the_retired_intent_too(tmp_path: Path) -> None:
+    """An epoch 0 a crash cut short is replayed after its intent was retired: the restore must still apply."""
+    from ethereal_kafka.eos.replay import APPLIED_FILE, INTENT_FILE, intent_savepoint
+
+    (tmp_path / INTENT_FILE).write_text(
+        json.dumps({"app_id": "shop", "starts": {}, "savepoint": "/sp/sp-x", "allow_non_restored": True})
+    )
+    assert intent_savepoint(str(tmp_path), "shop") == ("/sp/sp-x", True)
+    (tmp_path / INTENT_FILE).rename(tmp_path / APPLIED_FILE)
+    assert intent_savepoint(str(tmp_path), "shop") == ("/sp/sp-x", True)
+    assert intent_savepoint(str(tmp_path), "other") is None

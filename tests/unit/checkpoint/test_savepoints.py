@@ -67,3 +67,24 @@ def test_queries_that_read_a_partition_to_different_offsets_have_no_one_position
     manifest = Manifest("d", "shop", 1, "job", (a, b), ())
     with pytest.raises(SavepointError, match=r"read orders:0 up to different offsets \(10 and 12\)"):
         manifest.offsets()
+
+
+def test_a_restores_source_holds_stay_until_its_query_commits_and_go_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """`runtime.savepoint.held_sources`: a hold left by a restore whose first epoch never committed stays (the
+    replayed epoch 0 reads nothing again); once the query committed, the next start removes it."""
+    from types import SimpleNamespace
+
+    from ethereal_kafka.runtime.savepoint import held_sources
+
+    held = tmp_path / "sources" / "ethereal-kafka" / "hold-events@shop"
+    held.parent.mkdir(parents=True)
+    held.touch()
+    source = SimpleNamespace(checkpoint_location=str(tmp_path / "sources"), name="events", group="shop")
+    build = SimpleNamespace(name="out", sources=(source,))
+    job = SimpleNamespace(query_checkpoint=lambda q: str(tmp_path / q))
+    assert held_sources([build], job) == {"out": [held]}  # type: ignore[list-item, arg-type]
+    (tmp_path / "out" / "commits").mkdir(parents=True)
+    (tmp_path / "out" / "commits" / "0").write_text("v1\n{}")
+    assert held_sources([build], job) == {} and not held.exists()  # type: ignore[list-item, arg-type]
