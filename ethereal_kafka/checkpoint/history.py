@@ -116,6 +116,11 @@ class EpochRecord:
             ran without metrics.
         operator: For an epoch that failed in user code, the operator whose code raised: `{"name": display name,
             "uid": stable id}` (`DataStream.name`/`.uid`); None otherwise.
+        output_ends: For a committed exactly-once epoch, the high watermark of every partition of the query's sink
+            topics read right after the commit, `{topic: {"partition": offset}}`: every record of this epoch and
+            of the query's earlier ones lies below it, every record of its later ones at or above it (the epochs
+            of one query are sequential). What `ethereal-kafka diff` cuts the production output at; empty when
+            unknown (an older entry, a failed read, another guarantee).
     """
 
     app_id: str
@@ -144,6 +149,7 @@ class EpochRecord:
     run_started_ms: int | None = None
     operators: Mapping[str, Any] | None = None
     operator: Mapping[str, str] | None = None
+    output_ends: SourceOffset = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -151,6 +157,7 @@ class EpochRecord:
         object.__setattr__(self, "start_offsets", _plain_offsets(self.start_offsets))
         object.__setattr__(self, "end_offsets", _plain_offsets(self.end_offsets))
         object.__setattr__(self, "lag", _plain_offsets(self.lag))
+        object.__setattr__(self, "output_ends", _plain_offsets(self.output_ends))
         object.__setattr__(
             self,
             "marker_offsets",

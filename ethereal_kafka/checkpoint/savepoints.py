@@ -100,7 +100,13 @@ class QueryPosition:
 
 @dataclass(frozen=True)
 class Manifest:
-    """What `_manifest.json` holds (see the module docstring)."""
+    """What `_manifest.json` holds (see the module docstring).
+
+    `output_ends`: the high watermark of every partition of the app's sink topics when the savepoint was taken,
+    `{topic: {partition: offset}}` (the app stopped: its output up to the savepoint lies below, everything it writes
+    after at or above); where `ethereal-kafka diff` starts the production output of a shadow run's range. Empty in
+    savepoints taken before it was kept.
+    """
 
     savepoint_id: str
     app_id: str
@@ -108,6 +114,7 @@ class Manifest:
     job_file: str
     queries: Sequence[QueryPosition]
     operators: Sequence[OperatorState]
+    output_ends: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     format: str = FORMAT
     version: int = VERSION
     complete: bool = False
@@ -137,6 +144,10 @@ class Manifest:
                 job_file=str(raw["job_file"]),
                 queries=tuple(QueryPosition(**q) for q in raw["queries"]),
                 operators=tuple(OperatorState(**o) for o in raw["operators"]),
+                output_ends={
+                    str(t): {str(p): int(o) for p, o in parts.items()}
+                    for t, parts in raw.get("output_ends", {}).items()
+                },
                 complete=bool(raw.get("complete")),
             )
         except SavepointError:

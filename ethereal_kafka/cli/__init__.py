@@ -16,6 +16,7 @@ from ethereal_kafka.cli import (
     replay_cmd,
     run_cmd,
     savepoint_cmd,
+    shadow_cmd,
     spark_archive_cmd,
     topics_cmd,
     ui_cmd,
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     offsets_cmd.register(sub)
     replay_cmd.register(sub)
     savepoint_cmd.register(sub)
+    shadow_cmd.register(sub)
     topics_cmd.register(sub)
     produce_cmd.register(sub)
     consume_cmd.register(sub)

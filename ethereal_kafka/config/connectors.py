@@ -97,6 +97,12 @@ class KafkaSourceConfig(SerdeSettings):
         check=_starting_offsets,
         doc="group-offsets | earliest | latest | timestamp:<ms> | topic:partition:offset,...",
     )
+    ending_offsets: str | None = setting(
+        None,
+        key="ending.offsets",
+        doc="set by `ethereal-kafka shadow`: topic:partition:offset,... where the source stops (exclusive); a "
+        "partition not named reads nothing",
+    )
     group_offsets_reset: str = setting(
         "earliest",
         key="group.offsets.reset",
@@ -191,6 +197,16 @@ class KafkaSourceConfig(SerdeSettings):
         if self.key_format == "string" or (self.key_format == "bytes" and not value_decoded):
             wanted.add("key")
         return [c for c in columns if c in wanted or c not in METADATA_COLUMNS]
+
+    def ends(self) -> dict[tuple[str, int], int] | None:
+        """`ending.offsets` as `{(topic, partition): offset}`; None when the source is not bounded."""
+        if self.ending_offsets is None:
+            return None
+        ends: dict[tuple[str, int], int] = {}
+        for item in filter(None, self.ending_offsets.split(",")):
+            topic, partition, offset = item.rsplit(":", 2)
+            ends[(topic, int(partition))] = int(offset)
+        return ends
 
     def reads(self, topic: str) -> bool:
         """True when this source reads `topic` (listed, or matching `topic.pattern`)."""

@@ -258,6 +258,24 @@ class CheckpointCoordinator:
             self._partitions[sink] = count
         return self._partitions[sink]
 
+    def output_ends(self, query: str) -> dict[str, dict[str, int]]:
+        """The high watermark of every partition of `query`'s sink topics (`EpochRecord.output_ends`): read right
+        after an epoch committed, it separates that epoch's output from the next epoch's. Empty for sinks whose
+        rows name their topic, and when the cluster did not answer (logged: the figure is for `diff`, never for
+        recovery)."""
+        from ethereal_kafka.connectors.kafka.topic_admin import end_offsets
+        from ethereal_kafka.errors import EtherealKafkaError
+
+        topics = [sink.topic for sink in self.queries[query].sinks if sink.topic]
+        if not topics:
+            return {}
+        try:
+            found = end_offsets(self.bootstrap, topics, self.passthrough)
+        except EtherealKafkaError as exc:
+            log.warning("query %s: output end offsets not recorded for this epoch: %s", query, exc)
+            return {}
+        return {topic: {str(p): o for p, o in parts.items()} for topic, parts in found.items()}
+
     def close(self) -> None:
         """End of the run: close the checkpoint history (its writer stays open while epochs are recorded) and let
         the phase-two producers go."""

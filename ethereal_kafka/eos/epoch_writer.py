@@ -46,6 +46,7 @@ class EpochWriter:
         self._chain = None if chain is None else pickled_chain(chain)  # pickled once: sent with every epoch
         self._last_end = 0.0
         self._task_rows: list[Any] = []  # the current epoch's sink task summary rows (for epoch listeners)
+        self._output_ends: dict[str, dict[str, int]] = {}  # the current epoch's, once committed
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Write epoch `batch_id`; returns only when its output and offsets are committed.
@@ -81,6 +82,7 @@ class EpochWriter:
         guarantee = c.job.delivery_guarantee
         tasks = skipped = 0
         self._task_rows = []
+        self._output_ends = {}
         mode: str = self.query.layout
         try:
             if guarantee == Guarantee.AT_MOST_ONCE:
@@ -174,6 +176,8 @@ class EpochWriter:
             )
         written = sum(int(r["records"]) for r in rows)
         skipped = sum(int(r["skipped"]) for r in rows)
+        # Every task committed (or found its commit): the output of this epoch and the earlier ones lies below.
+        self._output_ends = c.output_ends(self.name)
         return written, len(rows), skipped
 
     def _entry(
@@ -219,6 +223,7 @@ class EpochWriter:
             txn_aborts=sum(max(0, int(r["attempts"] or 1) - 1) for r in rows),
             marker=EpochMarker(app_id, checkpoint, epoch, ranges.digest).render() if committed else None,
             marker_offsets=self._marker_offsets(mode, epoch, merged) if committed else {},
+            output_ends=self._output_ends if committed else {},
         )
 
     def _marker_offsets(self, mode: str, epoch: int, ends: Offsets) -> dict[str, SourceOffset]:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ethereal_kafka.checkpoint.apps import app_dir
 from ethereal_kafka.checkpoint.errors import ReplayError
@@ -27,6 +28,9 @@ from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metada
 from ethereal_kafka.eos.committed import progress_queries
 from ethereal_kafka.eos.names import owner_group, progress_group, progress_topic
 from ethereal_kafka.errors import EtherealKafkaError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)
@@ -89,9 +93,6 @@ def replay_into(loaded: LoadedJob, starts: Mapping[str, str], topic: str) -> Int
         ReplayError: `topic` does not exist, or is one of the job's own topics.
         EtherealKafkaError: whatever a run of the job raises (configuration, Kafka, Spark).
     """
-    from ethereal_kafka.runtime.runner import start
-    from ethereal_kafka.runtime.spark import local_session
-
     sink = next(iter(loaded.sinks.values()))
     admin = admin_client(sink.bootstrap_servers, sink.passthrough)
     if topic not in cluster_metadata(admin, sink.bootstrap_servers).topics:
@@ -99,27 +100,42 @@ def replay_into(loaded: LoadedJob, starts: Mapping[str, str], topic: str) -> Int
     replay_app = f"{loaded.job.app_id}.replay-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     with tempfile.TemporaryDirectory(prefix="ethereal-kafka-replay-") as tmp:
         job = into_job(loaded, starts, topic, replay_app, Path(tmp) / "checkpoint")
-        spark = local_session(
-            f"ethereal-kafka-{replay_app}",
-            master=job.job.spark_master,
-            conf={
-                **{f"spark.{k}": v for k, v in job.job.passthrough.items()},
-                "spark.sql.shuffle.partitions": str(job.job.sink_tasks),
-            },
-        )
+        run_once(job)
+    records, epochs = committed_totals(replay_app)
+    return IntoOutcome(replay_app, topic, records, epochs, clean_up(job))
+
+
+def run_once(job: LoadedJob, spark: SparkSession | None = None) -> None:
+    """Run a throwaway app's job `availableNow` to the end of its input, on `spark` when given (left running), else
+    on a session of its own (stopped after); the app's run lock and claim are let go when it ends.
+
+    Raises:
+        EtherealKafkaError: whatever a run of the job raises (configuration, Kafka, Spark).
+    """
+    from ethereal_kafka.runtime.runner import start
+    from ethereal_kafka.runtime.spark import local_session
+
+    session = spark or local_session(
+        f"ethereal-kafka-{job.job.app_id}",
+        master=job.job.spark_master,
+        conf={
+            **{f"spark.{k}": v for k, v in job.job.passthrough.items()},
+            "spark.sql.shuffle.partitions": str(job.job.sink_tasks),
+        },
+    )
+    try:
+        running, _ = start(session, job, available_now=True)
         try:
-            running, _ = start(spark, job, available_now=True)
-            try:
-                running.await_termination()
-            finally:
-                running.stop()  # lets the replay app go (its run lock and claim)
+            running.await_termination()
         finally:
-            spark.stop()
-    records, epochs = _committed(replay_app)
-    return IntoOutcome(replay_app, topic, records, epochs, _clean_up(job))
+            running.stop()
+    finally:
+        if spark is None:
+            session.stop()
 
 
-def _committed(app_id: str) -> tuple[int, int]:
+def committed_totals(app_id: str) -> tuple[int, int]:
+    """Records and epochs a finished throwaway app committed, from its history ((-1, 0) when it has none)."""
     try:
         done = [r for r in HistoryLog(app_id).records() if r.outcome == "committed"]
     except HistoryError:
@@ -127,7 +143,7 @@ def _committed(app_id: str) -> tuple[int, int]:
     return sum(r.records_out for r in done), len(done)
 
 
-def _clean_up(job: LoadedJob) -> tuple[str, ...]:
+def clean_up(job: LoadedJob) -> tuple[str, ...]:
     """Remove what the throwaway app left; returns one line per failure (never raises: the output is complete)."""
     app_id = job.job.app_id
     sink = next(iter(job.sinks.values()))

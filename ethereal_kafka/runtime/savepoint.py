@@ -137,8 +137,26 @@ def take_savepoint(
         rows = sum(pq.ParquetFile(scratch / name).metadata.num_rows for name in files)  # the footers only
         savepoint_step(f"table {uid}")
         operators.append(OperatorState(uid, kind, query_name, operator_id, variables, relative, rows, files))
-    manifest = Manifest(savepoint_id, job.app_id, now, str(loaded.path), tuple(positions), tuple(operators))
+    manifest = Manifest(
+        savepoint_id,
+        job.app_id,
+        now,
+        str(loaded.path),
+        tuple(positions),
+        tuple(operators),
+        _output_ends(loaded),
+    )
     return seal(scratch, manifest)
+
+
+def _output_ends(loaded: LoadedJob) -> dict[str, dict[str, int]]:
+    """The high watermark of every partition of the stopped app's sink topics (`Manifest.output_ends`)."""
+    from ethereal_kafka.connectors.kafka.topic_admin import end_offsets
+
+    sink = next(iter(loaded.sinks.values()))
+    topics = [s.topic for s in loaded.sinks.values() if s.topic]
+    found = end_offsets(sink.bootstrap_servers, topics, sink.passthrough) if topics else {}
+    return {topic: {str(p): o for p, o in parts.items()} for topic, parts in found.items()}
 
 
 def _kafka_epoch(

@@ -73,3 +73,17 @@ def timed(env: StreamExecutionEnvironment) -> None:
     slots.sink_to("slots")
     slots.get_side_output(CANCELLED).sink_to("cancelled")
     _keyed(env).window(TumblingEventTimeWindows.of(Time.seconds(10))).reduce(_add).uid("sums").sink_to("sums")
+
+
+def _more_for_u1(window: dict[str, Any]) -> dict[str, Any]:
+    """A change that reaches exactly one key: user u1's window sums gain 1000."""
+    return {**window, "amount": window["amount"] + 1000} if window["user"] == "u1" else window
+
+
+def timed_changed(env: StreamExecutionEnvironment) -> None:
+    """`timed` with one change in the window's output: only u1's sums differ (for `shadow` and `diff`)."""
+    slots = _keyed(env).process(SlotTimers(), output_type=TIMERS_DDL, side_outputs=[CANCELLED]).uid("slots")
+    slots.sink_to("slots")
+    slots.get_side_output(CANCELLED).sink_to("cancelled")
+    sums = _keyed(env).window(TumblingEventTimeWindows.of(Time.seconds(10))).reduce(_add).uid("sums")
+    sums.map(_more_for_u1).sink_to("sums")

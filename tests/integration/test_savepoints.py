@@ -4,6 +4,7 @@ state goes on exactly as in a run that was never stopped."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import pickle
 import re
@@ -16,12 +17,18 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import SparkSession
 
 from ethereal_kafka.checkpoint.savepoints import list_savepoints, read_manifest
+from ethereal_kafka.checkpoint.shadows import read_record
 from ethereal_kafka.cli import main
+from ethereal_kafka.cli.app_job import resolve_app
 from ethereal_kafka.cli.run_cmd import restore_from
+from ethereal_kafka.connectors.kafka.topic_admin import end_offsets
 from ethereal_kafka.faults import SAVEPOINT_PAUSE_ENV, SAVEPOINT_TRACE_ENV
 from ethereal_kafka.plan.operators.base import TIMERS_VAR
+from ethereal_kafka.runtime.output_diff import diff_shadow
+from ethereal_kafka.runtime.shadow import run_shadow
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration import ref_keyed as ref
@@ -31,18 +38,22 @@ from tests.integration.savepoint_jobs import FAR_MS
 
 SOURCE = f"value.format=json\nvalue.schema={EVENT_DDL}\n"
 SINK = "value.format=json\nkey.format=string\n"
+#: Records keyed by user, for `diff` (which compares per key).
+KEYED_SINK = f"{SINK}key.column=user\n"
 #: 120 events on one partition in epochs of 20: the stopped run ends on an epoch boundary of the run that is not
 #: stopped, so both order each epoch's elements alike.
 EVENTS, EPOCH = 120, 20
 
 
-def _job(folder: Path, bs: str, version: str, source: str, sinks: dict[str, str], extra: str = "") -> ApiJob:
+def _job(
+    folder: Path, bs: str, version: str, source: str, sinks: dict[str, str], extra: str = "", sink: str = SINK
+) -> ApiJob:
     return write_api_job(
         folder,
         bs,
         f"tests.integration.savepoint_jobs:{version}",
         {"events": (source, SOURCE)},
-        {name: (topic, SINK) for name, topic in sinks.items()},
+        {name: (topic, sink) for name, topic in sinks.items()},
         max_records=EPOCH,
         extra_job=extra,
     )
@@ -195,6 +206,7 @@ def test_a_savepoint_of_event_time_state_resumes_with_its_watermark(
     topic_factory: TopicFactory,
     tmp_path: Path,
     run_job: RunJob,
+    spark: SparkSession,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Event-time timers that print the watermark each element saw, a framework window, late events: the restored
@@ -207,7 +219,7 @@ def test_a_savepoint_of_event_time_state_resumes_with_its_watermark(
     feed_events(bs, source, feed[: EVENTS // 2])
     names = ("slots", "cancelled", "sums")
     stopped = {name: topic_factory(partitions=2) for name in names}
-    job = _job(tmp_path / "stopped", bs, "timed", source, stopped)
+    job = _job(tmp_path / "stopped", bs, "timed", source, stopped, sink=KEYED_SINK)
     run_job(job.path)
     capsys.readouterr()
     assert main(["savepoint", "--job", str(job.path)]) == 0
@@ -215,14 +227,64 @@ def test_a_savepoint_of_event_time_state_resumes_with_its_watermark(
     manifest = read_manifest(folder)
     assert {op.uid for op in manifest.operators} == {"slots", "sums"}
     assert all(q.next_watermark_ms for q in manifest.queries)
+    at_savepoint = {name: len(read_json(bs, topic)) for name, topic in stopped.items()}
 
     feed_events(bs, source, feed[EVENTS // 2 :])
     restore_from(str(job.path), str(folder), allow_non_restored=False)
     run_job(job.path)
 
     never_stopped = {name: topic_factory(partitions=2) for name in names}
-    run_job(_job(tmp_path / "never-stopped", bs, "timed", source, never_stopped).path)
+    run_job(_job(tmp_path / "never-stopped", bs, "timed", source, never_stopped, sink=KEYED_SINK).path)
     for name in names:
         got, want = read_json(bs, stopped[name]), read_json(bs, never_stopped[name])
         assert want, f"{name}: the reference run wrote nothing"
         assert per_key(got, "user") == per_key(want, "user"), f"{name}: the restored run differs"
+    _shadow_and_diff(bs, job.path, folder, source, stopped, at_savepoint, spark, capsys)
+
+
+def _shadow_and_diff(
+    bs: str,
+    job: Path,
+    folder: Path,
+    source: str,
+    stopped: dict[str, str],
+    at_savepoint: dict[str, int],
+    spark: SparkSession,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`shadow` and `diff` over the range the restored run processed (the savepoint up to its last epoch, across the
+    restore's new checkpoint): the same version diffs to zero over exactly production's records of the range; a
+    version that changes u1's window sums differs in that key alone; production is never written."""
+    production_ends = end_offsets(bs, list(stopped.values()))
+    loaded = resolve_app(argparse.Namespace(app=None, job=str(job))).loaded
+    same = run_shadow(loaded, folder, None, "same", spark=spark)
+    assert (same.input_starts, same.input_ends) == ({source: {"0": EVENTS // 2}}, {source: {"0": EVENTS}})
+    capsys.readouterr()
+    assert main(["diff", "--job", str(job), "--shadow", "same"]) == 0
+    out = capsys.readouterr().out
+    assert "the same as production, key for key" in out, out
+    for name, topic in stopped.items():
+        summary = re.search(
+            rf"^{topic} vs {topic}\.same: (\d+) production record\(s\), (\d+) shadow record\(s\)", out, re.M
+        )
+        assert summary is not None, out
+        after = len(read_json(bs, topic)) - at_savepoint[name]
+        assert int(summary[1]) == int(summary[2]) == after, f"{name}: {summary[0]}, {after} written after"
+        assert after > 0 or name == "cancelled", f"{name}: the range holds no output"
+
+    changed = job.with_name("job-changed.properties")
+    changed.write_text(job.read_text().replace("savepoint_jobs:timed", "savepoint_jobs:timed_changed"))
+    loaded = resolve_app(argparse.Namespace(app=None, job=str(changed))).loaded
+    run_shadow(loaded, folder, None, "changed", spark=spark)
+    diffs = {d.topic: d for d in diff_shadow(read_record(loaded.job.app_id, "changed"), bs, {})}
+    assert not diffs[stopped["slots"]].differences and not diffs[stopped["cancelled"]].differences
+    assert {(d.key, d.how) for d in diffs[stopped["sums"]].differences} == {(b"u1", "changed")}
+    assert main(["diff", "--job", str(changed), "--shadow", "changed"]) == 1
+    assert "  changed key 'u1': record 1: production " in capsys.readouterr().out
+
+    # A shadow name in use is refused before anything runs; production's topics were never written.
+    assert main(["shadow", str(job), "--from-savepoint", str(folder), "--into", "same"]) == 1
+    assert f"shadow topic {stopped['slots']}.same" in capsys.readouterr().err
+    assert end_offsets(bs, list(stopped.values())) == production_ends, (
+        "a shadow run wrote production's topics"
+    )

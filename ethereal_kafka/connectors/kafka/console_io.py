@@ -245,19 +245,7 @@ def consume_records(
         TopicError: the topic or the partition does not exist.
         KafkaConnectionError: the cluster did not answer.
     """
-    consumer = new_consumer(
-        {
-            "log_level": "3",
-            **(settings or {}),
-            "bootstrap.servers": bootstrap,
-            "group.id": f"ethereal-kafka-console-{uuid.uuid4().hex[:12]}",
-            "enable.auto.commit": "false",
-            "enable.auto.offset.store": "false",
-            "enable.partition.eof": "true",
-            "auto.offset.reset": "earliest",
-            "isolation.level": isolation_level,
-        }
-    )
+    consumer = _reader(bootstrap, settings, isolation_level)
     try:
         parts = sorted(_partitions(consumer, topic, bootstrap))
         if partition is not None:
@@ -276,6 +264,72 @@ def consume_records(
             ) from exc
     finally:
         consumer.close()
+
+
+def _reader(bootstrap: str, settings: Mapping[str, str] | None, isolation_level: str) -> Consumer:
+    """A consumer for manual assignment that joins no group and commits nothing."""
+    return new_consumer(
+        {
+            "log_level": "3",
+            **(settings or {}),
+            "bootstrap.servers": bootstrap,
+            "group.id": f"ethereal-kafka-console-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "false",
+            "enable.partition.eof": "true",
+            "auto.offset.reset": "earliest",
+            "isolation.level": isolation_level,
+        }
+    )
+
+
+def read_range(
+    bootstrap: str,
+    topic: str,
+    ranges: Mapping[int, tuple[int, int]],
+    settings: Mapping[str, str] | None = None,
+) -> list[ReadRecord]:
+    """The committed records of `topic` in `[start, end)` of each partition `{partition: (start, end)}`, in partition
+    then offset order (read_committed: records of aborted transactions are skipped, and a partition is done once the
+    reader's position reaches `end`, past aborted records and transaction markers alike).
+
+    Raises:
+        KafkaConnectionError: a partition made no progress for `REQUEST_TIMEOUT_S` before reaching its end (the
+            cluster stopped answering, or a transaction below `end` is still open), naming it.
+    """
+    wanted = {p: (start, end) for p, (start, end) in ranges.items() if end > start}
+    if not wanted:
+        return []
+    consumer = _reader(bootstrap, settings, "read_committed")
+    found: dict[int, list[ReadRecord]] = {p: [] for p in wanted}
+    try:
+        consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in wanted.items()])
+        pending = set(wanted)
+        last = time.monotonic()
+        while pending:
+            for message in consumer.consume(num_messages=500, timeout=0.2):
+                error = message.error()
+                p = message.partition() or 0
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                if error is None and p in pending and (message.offset() or 0) < wanted[p][1]:
+                    found[p].append(_record(message))
+                    last = time.monotonic()
+            for tp in consumer.position([TopicPartition(topic, p) for p in sorted(pending)]):
+                if tp.offset >= wanted[tp.partition][1]:
+                    pending.discard(tp.partition)
+                    last = time.monotonic()
+            if pending and time.monotonic() - last > REQUEST_TIMEOUT_S:
+                stuck = ", ".join(f"{topic}[{p}] before offset {wanted[p][1]}" for p in sorted(pending))
+                raise KafkaConnectionError(f"read of {stuck} at {bootstrap} made no progress")
+    except KafkaException as exc:
+        error = exc.args[0]
+        raise KafkaConnectionError(
+            f"consume {topic} at {bootstrap}: {error.str() if hasattr(error, 'str') else error}"
+        ) from exc
+    finally:
+        consumer.close()
+    return [record for p in sorted(found) for record in found[p]]
 
 
 def _read(

@@ -224,6 +224,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = dict(self._target)
         else:
             latest = self.resolver.latest(self.resolver.topic_partitions())
+        ends = self.config.ends()
+        if ends is not None:  # a shadow run's range: nothing past it, nothing of a partition it does not name
+            latest = {tp: min(off, ends.get(tp, 0)) for tp, off in latest.items()}
         latest = {tp: max(off, begin.get(tp, 0)) for tp, off in latest.items()}
         for tp, off in begin.items():
             latest.setdefault(tp, off)

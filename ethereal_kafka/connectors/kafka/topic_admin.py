@@ -175,6 +175,42 @@ def describe_topic(bootstrap: str, name: str, settings: Mapping[str, str] | None
     return TopicInfo(name, partitions, _topic_configs(admin, name, bootstrap))
 
 
+def end_offsets(
+    bootstrap: str, topics: list[str], settings: Mapping[str, str] | None = None
+) -> dict[str, dict[int, int]]:
+    """The high watermark of every partition of `topics` (the offset the next record of each will get), in one
+    request per broker: `{topic: {partition: offset}}`. A topic that does not exist is left out.
+
+    Raises:
+        KafkaConnectionError: the cluster did not answer after bounded retries.
+    """
+    admin = admin_client(bootstrap, settings)
+    listed = cluster_metadata(admin, bootstrap).topics
+    tps = [
+        TopicPartition(topic, p)
+        for topic in sorted(set(topics))
+        if topic in listed and listed[topic].error is None
+        for p in sorted(listed[topic].partitions)
+    ]
+    if not tps:
+        return {}
+    futures = admin.list_offsets(
+        {tp: OffsetSpec.latest() for tp in tps},
+        isolation_level=IsolationLevel.READ_UNCOMMITTED,
+        request_timeout=SETTLE_S,
+    )
+    found: dict[str, dict[int, int]] = {}
+    try:
+        for tp, future in futures.items():
+            found.setdefault(tp.topic, {})[tp.partition] = future.result(timeout=SETTLE_S + 5).offset
+    except KafkaException as exc:
+        raise KafkaConnectionError(
+            f"end offsets of {', '.join(sorted(set(topics)))} at {bootstrap}: "
+            f"{exc.args[0].str() if exc.args else exc}"
+        ) from exc
+    return found
+
+
 def delete_topic(
     bootstrap: str, name: str, settings: Mapping[str, str] | None = None, if_exists: bool = False
 ) -> bool:
