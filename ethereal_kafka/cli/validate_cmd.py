@@ -129,7 +129,7 @@ def against_savepoint(folder: Path, path: str, plan: dict[str, Any]) -> tuple[li
         manifest = read_manifest(folder)
     except SavepointError as exc:
         return [], [f"{path}: {exc}"]
-    held = [(op.uid, op.kind, op.query) for op in manifest.operators]
+    held = [(op.uid, op.kind, op.query, op.variables) for op in manifest.operators]
     findings = compare_savepoint(held, plan)
     lines = [f"{path}: against {folder}: {f.verdict} {f.line}" for f in findings if not f.blocking]
     problems = [f"{path}: against {folder}: {f.verdict} {f.line}" for f in findings if f.blocking]

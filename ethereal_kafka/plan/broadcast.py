@@ -90,7 +90,14 @@ def compile_broadcast_process(
         on_error=ctx.errors_for(node, main.positioned, placed_by=node.inputs[0]),
     )
     check_picklable(node.label, spec)
-    out = transform(frame, BroadcastProcessor(spec), schema, SPARK_TIME_MODES[mode] if mode else "None")
+    out = transform(
+        frame,
+        BroadcastProcessor(spec),
+        schema,
+        SPARK_TIME_MODES[mode] if mode else "None",
+        ctx.initial_state(node),  # per bucket, as a savepoint took it (`BUCKETS` is fixed)
+        node.label,
+    )
     if not main.event_time:
         out = out.drop(TS)
     if not keyed:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, TypeVar
 from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
+from ethereal_kafka.plan.operators.keyed_state import USER_PREFIX
+from ethereal_kafka.plan.state_inventory import declared_state
 from ethereal_kafka.plan.stream import Stream, main_output
 
 if TYPE_CHECKING:
@@ -78,7 +80,17 @@ class CompileContext:
         if folder is None:
             return None
         self.restored.add(node.ref.uid)
-        return self.spark.read.parquet(folder)
+        frame = self.spark.read.parquet(folder)
+        process = isinstance(node, g.ProcessNode | g.CoProcessNode)
+        declared = declared_state(node.function) if process else None  # type: ignore[attr-defined]
+        if declared is None:
+            return frame
+        # The state of a variable this version no longer declares stays behind (the restore allowed it:
+        # `runtime.savepoint.check_restore`).
+        from pyspark.sql import functions as F
+
+        user = F.col("var").startswith(USER_PREFIX)
+        return frame.where(~user | F.col("var").isin(sorted(declared)))
 
     def carry_key(self, node_id: int) -> str | None:
         """The carry key of watermark node `node_id` when it carries event time across restarts, else None."""

@@ -32,6 +32,7 @@ from ethereal_kafka.api.windows import (
 )
 from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.plan.sink_groups import STATEFUL, SinkGroup, ancestors
+from ethereal_kafka.plan.state_inventory import declared_state
 
 SOURCE = "kafka-source"
 SPARK = "spark-native"
@@ -262,7 +263,12 @@ def _operator(node: g.Node, window_native: Any, join_native: Any) -> tuple[str, 
         return "rolling", f"rolling {node.kind} {what}", FRAMEWORK, {"kind": node.kind}
     if isinstance(node, g.CoProcessNode):
         tags = [t.name for t in node.side_outputs]
-        detail = {"time_mode": node.time_mode, "side_outputs": tags, "inputs": 2}
+        detail = {
+            "time_mode": node.time_mode,
+            "side_outputs": tags,
+            "inputs": 2,
+            "state_vars": declared_state(node.function),
+        }
         return "coprocess", f"co-process {_name(node.function)}", FRAMEWORK, detail
     if isinstance(node, g.BroadcastProcessNode):
         tags = [t.name for t in node.side_outputs]
@@ -273,7 +279,11 @@ def _operator(node: g.Node, window_native: Any, join_native: Any) -> tuple[str, 
         return "broadcast", f"broadcast {', '.join(names)}", SPARK, {"state": names}
     if isinstance(node, g.ProcessNode):
         tags = [t.name for t in node.side_outputs]
-        detail = {"time_mode": node.time_mode, "side_outputs": tags}
+        detail = {
+            "time_mode": node.time_mode,
+            "side_outputs": tags,
+            "state_vars": declared_state(node.function),
+        }
         return "process", f"process {_name(node.function)}", FRAMEWORK, detail
     if isinstance(node, g.UnionNode):
         return "union", "union", SPARK, {}

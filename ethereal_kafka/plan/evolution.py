@@ -11,8 +11,13 @@ too, as is a changed `sink.tasks` (the output layout is fixed for a job's life, 
 carries its inputs' event time and no longer has one of those inputs' watermarks (`plan.event_time.carry_key`). An operator whose
 uid is its graph position (`kind#id`, no `.uid()`) is named: inserting an operator before it would change its uid.
 
-Pure: no Spark, no files; `validate --against APP` (`cli.validate_cmd`) prints the findings. What is not compared
-(it is not recorded): the state variables a process function declares in `open()` and their types, the key's type.
+The state variables a process function declares in `open()` are compared too (`plan.state_inventory`, recorded in
+the description as `detail.state_vars`): a variable whose kind changed (value, list, map) cannot be read and blocks;
+a new one starts empty and one no longer declared is left unread, both named on the operator's line. Values are
+pickled Python values with no declared type, so what a value holds is the version's own to keep readable. Not
+compared: the key's type.
+
+Pure: no Spark, no files; `validate --against APP` (`cli.validate_cmd`) prints the findings.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ethereal_kafka.plan.describe import FRAMEWORK, SPARK, Description
+from ethereal_kafka.plan.state_inventory import state_changes
 
 #: Verdicts of `Finding`.
 CARRIED, NEW, DROPPED, CHANGED, NO_UID, LAYOUT = "carried", "new", "dropped", "changed", "no-uid", "layout"
@@ -76,7 +82,8 @@ def compare(
             text = "; ".join(changes)
             findings.append(Finding(CHANGED, uid, f"{what}: {text}: its state cannot be carried", True))
         else:
-            findings.append(Finding(CARRIED, uid, f"{what}: state carried", False))
+            notes = "".join(f"; {note}" for note in _state_vars(was, now)[1])
+            findings.append(Finding(CARRIED, uid, f"{what}: state carried{notes}", False))
     for uid, node in after.items():
         if uid in before:
             continue
@@ -107,21 +114,24 @@ def compare(
 
 #: Operators a savepoint takes the state of and a restore seeds (`plan.describe` kinds, run by the framework;
 #: `runtime.savepoint`).
-RESTORABLE = ("process", "coprocess", "rolling", "window")
+RESTORABLE = ("process", "coprocess", "rolling", "window", "join", "broadcast_process")
 
 
 def compare_savepoint(
-    operators: Sequence[tuple[str, str, str]], new: Description, allow_non_restored: bool = False
+    operators: Sequence[tuple[str, str, str, Mapping[str, str]]],
+    new: Description,
+    allow_non_restored: bool = False,
 ) -> list[Finding]:
-    """The findings of restoring a savepoint's `operators` (`(uid, kind, query)` each) into `new`: per operator
-    *carried* (the new version has a restorable operator of that uid and kind), *changed* (another kind, or an
-    operator a restore cannot seed: blocks), *dropped*
-    (blocks unless `allow_non_restored`); then each new stateful operator the savepoint lacks: *new*, empty state.
-    A restore starts a new checkpoint, so other queries and another layout never block."""
+    """The findings of restoring a savepoint's `operators` (`(uid, kind, query, {state variable: kind})` each) into
+    `new`: per operator *carried* (the new version has a restorable operator of that uid and kind), *changed*
+    (another kind, an operator a restore cannot seed, or a state variable of another kind: blocks), *dropped*
+    (blocks unless `allow_non_restored`; so does a state variable the new version no longer declares); then each new
+    stateful operator the savepoint lacks: *new*, empty state. A restore starts a new checkpoint, so other queries
+    and another layout never block."""
     after = _stateful(new)
-    held = {uid for uid, _, _ in operators}
+    held = {op[0] for op in operators}
     findings: list[Finding] = []
-    for uid, kind, query in operators:
+    for uid, kind, query, variables in operators:
         now = after.get(uid)
         what = f"{uid} ({kind} in query {query})"
         if now is None:
@@ -137,11 +147,37 @@ def compare_savepoint(
                 Finding(CHANGED, uid, f"{what}: a restore cannot seed a {now.get('kind')} yet", True)
             )
         else:
-            findings.append(Finding(CARRIED, uid, f"{what}: state restored", False))
+            findings.append(_restored_vars(uid, what, variables, now, allow_non_restored))
     for uid, node in after.items():
         if uid not in held:
             findings.append(Finding(NEW, uid, f"{_what(node)}: new, starts with empty state", False))
     return findings
+
+
+def _restored_vars(
+    uid: str, what: str, variables: Mapping[str, str], now: Mapping[str, Any], allow_non_restored: bool
+) -> Finding:
+    """The finding of restoring an operator's state `variables` into `now`, which takes its kind."""
+    declared = (now.get("detail") or {}).get("state_vars")
+    if declared is None:
+        return Finding(CARRIED, uid, f"{what}: state restored", False)
+    unreadable, notes = state_changes(variables, declared)
+    if unreadable:
+        return Finding(CHANGED, uid, f"{what}: {'; '.join(unreadable)}: its state cannot be read", True)
+    gone = [n for n in notes if n.endswith("no longer declared")]
+    if gone and not allow_non_restored:
+        line = f"{what}: {'; '.join(gone)}: its state would be dropped (--allow-non-restored-state)"
+        return Finding(DROPPED, uid, line, True)
+    return Finding(CARRIED, uid, f"{what}: state restored{''.join(f'; {n}' for n in notes)}", False)
+
+
+def _state_vars(was: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """`plan.state_inventory.state_changes` of two versions of an operator (nothing when either is unknown)."""
+    before = (was.get("detail") or {}).get("state_vars")
+    after = (now.get("detail") or {}).get("state_vars")
+    if before is None or after is None:
+        return [], []
+    return state_changes(before, after)
 
 
 def _moved_watermarks(old: Description, new: Description) -> list[Finding]:
@@ -206,6 +242,7 @@ def _changes(was: Mapping[str, Any], now: Mapping[str, Any]) -> Sequence[str]:
                 old_value, new_value = _first_word(old_value), _first_word(new_value)
             if old_value != new_value:
                 out.append(f"{field} {before.get(field)} -> {after.get(field)}")
+        out += _state_vars(was, now)[0]
     return out
 
 

@@ -11,8 +11,8 @@ the middle of its commit, or a checkpoint that lost or never synced files). An e
 commit whose output Kafka does not hold (a stop ended it) is left out.
 
 What this version covers, refused in one line otherwise: framework operators on Spark's transformWithState (keyed
-process functions, connected keyed process functions, rolling aggregates, windows), one per query. Spark-native
-windows and joins keep state Spark cannot be seeded with, and framework joins and broadcast state are not exported
+process functions, connected keyed process functions, rolling aggregates, windows, the framework's joins), one per
+query. Spark-native windows and joins keep state Spark cannot be seeded with, and broadcast state is not exported
 yet.
 
 Restoring (`initial_states`, `check_restore`): `replay APP --from savepoint:PATH` (or `run --from-savepoint`) resets
@@ -58,6 +58,7 @@ from ethereal_kafka.plan.describe import FRAMEWORK
 from ethereal_kafka.plan.evolution import RESTORABLE
 from ethereal_kafka.plan.operators.base import TIMERS_VAR
 from ethereal_kafka.plan.schema import KEY
+from ethereal_kafka.plan.state_inventory import state_changes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -199,7 +200,7 @@ def _export(
     if kind not in RESTORABLE or node.get("runs") != FRAMEWORK:
         raise SavepointError(
             f"operator {uid} ({kind}, {node.get('runs')}) of query {query}: savepoints take the state of keyed "
-            "process functions, rolling aggregates and the framework's windows so far; replay the job into a new "
+            "process functions, rolling aggregates and the framework's windows and joins so far; replay the job into a new "
             "checkpoint instead"
         )
     operators = spark.read.format("state-metadata").load(str(folder)).collect()
@@ -267,7 +268,7 @@ def _variable(
         return loaded.select(
             key,
             F.lit(name).alias("var"),
-            _only_field(F.col("user_map_key"), loaded.schema["user_map_key"].dataType).alias("map_key"),
+            _map_key(F.col("user_map_key"), loaded.schema["user_map_key"].dataType).alias("map_key"),
             none_long.alias("ordinal"),
             _only_field(F.col("user_map_value"), loaded.schema["user_map_value"].dataType).alias("value"),
         )
@@ -278,6 +279,30 @@ def _variable(
         none_long.alias("ordinal"),
         _only_field(F.col("value"), loaded.schema["value"].dataType).alias("value"),
     )
+
+
+def _map_key(column: Any, struct: Any) -> Any:
+    """A map entry's key as one binary value: the key's one binary field, or a key of several binary fields (a
+    namespaced map's `n, k`: `plan.operators.namespaced`) packed by the rule (each field as a 4-byte
+    big-endian length, then its bytes), which `plan.operators.base.unpack_key` reads back.
+
+    Raises:
+        SavepointError: the key is not made of binary fields (not state the framework wrote).
+    """
+    from pyspark.sql import functions as F
+
+    fields: list[Any] = list(getattr(struct, "fields", ()))
+    if len(fields) == 1:
+        return _only_field(column, struct)
+    if not fields or any(f.dataType.typeName() != "binary" for f in fields):
+        raise SavepointError(
+            f"map key of type {struct.simpleString()} is not the framework's; cannot take it"
+        )
+    parts = []
+    for f in fields:
+        value = F.coalesce(column.getField(f.name), F.lit(b"").cast("binary"))
+        parts += [F.unhex(F.lpad(F.hex(F.length(value)), 8, "0")), value]
+    return F.concat(*parts)
 
 
 def _only_field(column: Any, struct: Any) -> Any:
@@ -301,7 +326,9 @@ def check_restore(
     path: Path, manifest: Manifest, restored: set[str], plan: Mapping[str, Any], allow_non_restored: bool
 ) -> None:
     """Refuse a restore that would lose state: a savepoint operator the new version (`plan`) lacks or cannot seed
-    (unless `allow_non_restored` and the version lacks it).
+    (unless `allow_non_restored` and the version lacks it), a state variable whose kind changed, or one the new
+    version no longer declares (unless `allow_non_restored`: `plan.context.CompileContext.initial_state` then leaves
+    its rows out). The variables come from `detail.state_vars` (`plan.state_inventory`).
 
     Raises:
         SavepointError: one line naming the savepoint, the operator and the way out.
@@ -318,6 +345,17 @@ def check_restore(
                 else f"the new version's {node.get('kind')} operator with that uid cannot take it"
             )
             raise SavepointError(f"{path}: state of operator {op.uid} ({op.kind}) cannot be restored: {why}")
+        declared = ((node or {}).get("detail") or {}).get("state_vars")
+        if declared is None:
+            continue
+        unreadable, notes = state_changes(op.variables, declared)
+        gone = [] if allow_non_restored else [n for n in notes if n.endswith("no longer declared")]
+        if unreadable or gone:
+            why = "; ".join(unreadable + gone)
+            way = "declare it as before" if unreadable else "declare it, or pass --allow-non-restored-state"
+            raise SavepointError(
+                f"{path}: state of operator {op.uid} ({op.kind}) cannot be restored: {why}; {way}"
+            )
 
 
 def hold_for_event_time(manifest: Manifest, builds: Sequence[Query], job: JobConfig) -> None:

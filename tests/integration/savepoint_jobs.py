@@ -9,14 +9,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from pyspark.sql import functions as F
+
 from ethereal_kafka.api import (
     KeyedContext,
     KeyedStream,
+    MapStateDescriptor,
+    RuntimeContext,
     StreamExecutionEnvironment,
     Time,
     TumblingEventTimeWindows,
+    WatermarkStrategy,
 )
 from tests.integration.keyed_jobs import (
+    BOUND_MS,
     CANCELLED,
     STATE_KINDS_DDL,
     TIMERS_DDL,
@@ -57,9 +63,39 @@ def v1(env: StreamExecutionEnvironment) -> None:
     )
 
 
+class RecentAsMap(TimedKinds):
+    """`TimedKinds` whose `recent` became a map: the savepoint's list of it cannot be read."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        super().open(runtime_context)
+        self.recent = runtime_context.get_map_state(MapStateDescriptor("recent"))
+
+
+def v3_recent_as_map(env: StreamExecutionEnvironment) -> None:
+    """`v1` with an incompatible state schema in `kinds`."""
+    keyed = _events(env)
+    _totals(keyed)
+    keyed.process(RecentAsMap(), output_type=STATE_KINDS_DDL, time_mode="processing").uid("kinds").sink_to(
+        "kinds"
+    )
+
+
 def v2_without_kinds(env: StreamExecutionEnvironment) -> None:
     """A next version without `kinds`: its state would be lost."""
     _totals(_events(env))
+
+
+def v4_evolved(env: StreamExecutionEnvironment) -> None:
+    """A next version with one operator changed (`totals` reports ten times its running sum: the same state, read on),
+    one added (`counts`, a running count per user: starts empty) and one removed (`kinds`: restored only with
+    --allow-non-restored-state)."""
+    keyed = _events(env)
+    keyed.sum("amount").uid("totals").map(
+        lambda e: {"user": e["user"], "amount": 10 * e["amount"]}, TOTALS_DDL
+    ).sink_to("totals")
+    keyed.map(lambda e: {"user": e["user"], "amount": 1}, TOTALS_DDL).key_by("user").sum("amount").uid(
+        "counts"
+    ).map(lambda e: {"user": e["user"], "amount": e["amount"]}, TOTALS_DDL).sink_to("counts")
 
 
 def _add(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -67,12 +103,29 @@ def _add(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return {**b, "amount": a["amount"] + b["amount"]}
 
 
+def _lonely(env: StreamExecutionEnvironment) -> None:
+    """The framework's join: per user and 10 s window, the even amounts with no amount divisible by 11 beside them."""
+    events = (
+        env.from_source("events")
+        .select(F.col("id"), F.col("user"), F.col("amount"), F.col("ts"))
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_bounded_out_of_orderness(BOUND_MS).with_timestamp_assigner("ts")
+        )
+    )
+    even = events.filter(lambda e: e["amount"] % 2 == 0)
+    elevenths = events.filter(lambda e: e["amount"] % 11 == 0)
+    joined = even.join(elevenths, "anti").where("user").equal_to("user")
+    joined.window(TumblingEventTimeWindows.of(Time.seconds(10))).apply().uid("lonely").sink_to("lonely")
+
+
 def timed(env: StreamExecutionEnvironment) -> None:
-    """Event-time timers reporting the watermark each element saw, and a Python-reduced tumbling window."""
+    """Event-time timers reporting the watermark each element saw, a Python-reduced tumbling window and an anti
+    join."""
     slots = _keyed(env).process(SlotTimers(), output_type=TIMERS_DDL, side_outputs=[CANCELLED]).uid("slots")
     slots.sink_to("slots")
     slots.get_side_output(CANCELLED).sink_to("cancelled")
     _keyed(env).window(TumblingEventTimeWindows.of(Time.seconds(10))).reduce(_add).uid("sums").sink_to("sums")
+    _lonely(env)
 
 
 def _more_for_u1(window: dict[str, Any]) -> dict[str, Any]:
@@ -87,3 +140,4 @@ def timed_changed(env: StreamExecutionEnvironment) -> None:
     slots.get_side_output(CANCELLED).sink_to("cancelled")
     sums = _keyed(env).window(TumblingEventTimeWindows.of(Time.seconds(10))).reduce(_add).uid("sums")
     sums.map(_more_for_u1).sink_to("sums")
+    _lonely(env)

@@ -13,6 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from ethereal_kafka.cli import main
+from ethereal_kafka.cli.run_cmd import restore_from
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
 from tests.integration import ref_connected as ref
@@ -82,7 +86,11 @@ def _timed(
 
 
 def test_rule_and_limit_changes_decide_from_the_next_record_on_and_state_survives_a_restart(
-    kafka_cluster: KafkaCluster, topic_factory: TopicFactory, tmp_path: Path, run_job: RunJob
+    kafka_cluster: KafkaCluster,
+    topic_factory: TopicFactory,
+    tmp_path: Path,
+    run_job: RunJob,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     bs = kafka_cluster.bootstrap
     events, limits = ref.make_inputs(seed=3, events=240, limits=30, users=5, start=base_ts())
@@ -94,6 +102,10 @@ def test_rule_and_limit_changes_decide_from_the_next_record_on_and_state_survive
     run_job(job.path)
     first_run = {sink: len(committed_epochs(job.checkpoint / sink)) for sink, _, _ in OUTPUTS}
     first_alerts = Counter(map(dumps, read_json(bs, topics["alerts"])))
+    first_out = {sink: per_key(read_json(bs, topics[sink]), field) for sink, _, field in OUTPUTS}
+    capsys.readouterr()
+    assert main(["savepoint", "--job", str(job.path)]) == 0
+    savepoint = capsys.readouterr().out.split(": ", 1)[1].splitlines()[0]
     feed_events(bs, topics["events"], ref.feed_list(events[cut_events:]))
     feed_events(bs, topics["limits"], ref.feed_list(limits[cut_limits:]))
     run_job(job.path)  # a restart: keyed and broadcast state, and timers, come back from the checkpoint
@@ -131,6 +143,20 @@ def test_rule_and_limit_changes_decide_from_the_next_record_on_and_state_survive
     follow_ups = sum(r["kind"] == "timer" for r in alerts)
     assert carried and follow_ups > 100, (len(carried), follow_ups)
     print(f"follow-up timers: {follow_ups}, {len(carried)} registered before the restart and fired after it")
+
+    # The same state from a savepoint of the first run (connected keyed state, broadcast state, timers): an app of
+    # its own restores it and reads the rest into topics of its own, and every key's records equal what the
+    # restarted run wrote after the cut.
+    copies = {**topics, "out": topic_factory(partitions=2), "alerts": topic_factory(partitions=2)}
+    restored = _job(tmp_path / "restored", bs, "limits_and_timed_rules", copies, max_records=60)
+    restore_from(str(restored.path), savepoint, allow_non_restored=False)
+    run_job(restored.path)
+    for sink, _, field in OUTPUTS:
+        full = per_key(read_json(bs, topics[sink]), field)
+        after = {k: v[len(first_out[sink].get(k, [])) :] for k, v in full.items()}
+        assert per_key(read_json(bs, copies[sink]), field) == {k: v for k, v in after.items() if v}, (
+            f"{sink}: the run restored from the savepoint differs from the restarted run"
+        )
 
 
 def test_co_map_and_a_non_keyed_co_process_function_merge_both_inputs_through_their_own_methods(

@@ -5,6 +5,7 @@ state goes on exactly as in a run that was never stopped."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pickle
 import re
@@ -25,7 +26,7 @@ from ethereal_kafka.cli import main
 from ethereal_kafka.cli.app_job import resolve_app
 from ethereal_kafka.cli.run_cmd import restore_from
 from ethereal_kafka.connectors.kafka.topic_admin import end_offsets
-from ethereal_kafka.faults import SAVEPOINT_PAUSE_ENV, SAVEPOINT_TRACE_ENV
+from ethereal_kafka.faults import SAVEPOINT_PAUSE_ENV, SAVEPOINT_TRACE_ENV, TRACE_ENV, TXN_DELAY_ENV
 from ethereal_kafka.plan.operators.base import TIMERS_VAR
 from ethereal_kafka.runtime.output_diff import diff_shadow
 from ethereal_kafka.runtime.shadow import run_shadow
@@ -139,6 +140,14 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     assert "carried totals (rolling in query totals): state restored" in capsys.readouterr().out
     assert main(["validate", "--against", str(folder), str(smaller)]) == 1
     assert "dropped kinds (process in query kinds): not in the new version" in capsys.readouterr().err
+    # A state variable of another kind (the savepoint's list of `recent`, now a map) cannot be read.
+    remapped = job.path.with_name("job-v3.properties")
+    remapped.write_text(job.path.read_text().replace("savepoint_jobs:v1", "savepoint_jobs:v3_recent_as_map"))
+    assert main(["validate", "--against", str(folder), str(remapped)]) == 1
+    assert (
+        "changed kinds (process in query kinds): state 'recent' ListState -> MapState"
+        in capsys.readouterr().err
+    )
 
     feed_events(bs, source, feed[EVENTS // 2 :])
     # A version without `kinds` is refused before it runs: the savepoint holds its state.
@@ -160,18 +169,42 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
         assert len(want) == EVENTS
         assert per_key(got, "user") == per_key(want, "user"), f"{sink}: the restored state did not go on"
 
-    # The version without `kinds`, restored with --allow-non-restored-state (`run --from-savepoint`'s reset): the app
-    # has read past the savepoint, so `totals` writes its second half again, record for record.
+    # A changed version, restored with --allow-non-restored-state (`run --from-savepoint`'s reset): `totals` changed
+    # (it reports ten times its sum), `counts` added (starts empty), `kinds` removed. The app has read past the
+    # savepoint, so `totals` writes its second half again, from the restored sums.
+    evolved = job.path.with_name("job-v4.properties")
+    counts_topic = topic_factory(partitions=2)
+    (evolved.parent / "counts.sink.properties").write_text(
+        (evolved.parent / "totals.sink.properties")
+        .read_text()
+        .replace(stopped["totals"], counts_topic)
+        .replace("name=totals", "name=counts")
+    )
+    evolved.write_text(
+        job.path.read_text()
+        .replace("savepoint_jobs:v1", "savepoint_jobs:v4_evolved")
+        .replace("kinds.sink.properties", "counts.sink.properties")
+    )
     capsys.readouterr()
-    restore_from(str(smaller), str(folder), allow_non_restored=True)
+    assert main(["validate", "--against", str(folder), str(evolved)]) == 1
+    said = capsys.readouterr()
+    assert "dropped kinds" in said.err and "new counts (rolling in query counts): new" in said.out, said
+    restore_from(str(evolved), str(folder), allow_non_restored=True)
     assert f"has read {EVENTS // 2} record(s) past this savepoint" in capsys.readouterr().out
-    run_job(smaller)
+    run_job(evolved)
+    second = events[EVENTS // 2 :]
+    counted: dict[str, int] = {}
     for user, records in per_key(read_json(bs, stopped["totals"]), "user").items():
-        again = sum(1 for e in events[EVENTS // 2 :] if e.user == user)
-        assert len(records) == 2 * again + sum(1 for e in events[: EVENTS // 2] if e.user == user)
-        assert records[-again:] == records[-2 * again : -again], (
-            f"{user}: the totals did not resume from the savepoint"
+        again = sum(1 for e in second if e.user == user)
+        restored = [json.loads(r)["amount"] for r in records[-2 * again : -again]]
+        assert [json.loads(r)["amount"] for r in records[-again:]] == [10 * a for a in restored], (
+            f"{user}: the changed totals did not go on from the savepoint's sums"
         )
+        counted[user] = again
+    counts = per_key(read_json(bs, counts_topic), "user")
+    assert {u: [json.loads(r)["amount"] for r in rs] for u, rs in counts.items()} == {
+        u: list(range(1, n + 1)) for u, n in counted.items() if n
+    }, "the added operator did not start empty"
 
 
 def _kill_savepoint_after(job: Path, step: str, folder: Path) -> None:
@@ -201,6 +234,34 @@ def _kill_savepoint_after(job: Path, step: str, folder: Path) -> None:
         proc.wait()
 
 
+def _kill_run_in_epoch(job: Path, epoch: int, folder: Path) -> None:
+    """Run the job in a process of its own, its sink tasks holding each first transaction open, until a task of
+    `epoch` opened its transaction; then SIGKILL the process group."""
+    folder.mkdir()
+    trace = folder / "trace"
+    env = {**os.environ, TRACE_ENV: str(trace), TXN_DELAY_ENV: "60000"}
+    with (folder / "log").open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ethereal_kafka.cli", "run", "--available-now", str(job)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        opened = False
+        while time.monotonic() < deadline and proc.poll() is None and not opened:
+            steps = [line.split() for line in trace.read_text().splitlines()] if trace.exists() else []
+            opened = any(int(s[2]) == epoch and s[4] == "open" for s in steps)
+            time.sleep(0.2)
+        assert opened and proc.poll() is None, (folder / "log").read_text()[-3000:]
+        assert not any(s[4] == "done" for s in steps), "an epoch committed before the kill"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_a_savepoint_of_event_time_state_resumes_with_its_watermark(
     kafka_cluster: KafkaCluster,
     topic_factory: TopicFactory,
@@ -217,7 +278,7 @@ def test_a_savepoint_of_event_time_state_resumes_with_its_watermark(
     events = ref.make_events(12, EVENTS, 4, base_ts())  # every 17th event 20 s late
     feed = [(0, key, value, ts) for _, key, value, ts in ref.feed_list(events)]
     feed_events(bs, source, feed[: EVENTS // 2])
-    names = ("slots", "cancelled", "sums")
+    names = ("slots", "cancelled", "sums", "lonely")
     stopped = {name: topic_factory(partitions=2) for name in names}
     job = _job(tmp_path / "stopped", bs, "timed", source, stopped, sink=KEYED_SINK)
     run_job(job.path)
@@ -225,12 +286,15 @@ def test_a_savepoint_of_event_time_state_resumes_with_its_watermark(
     assert main(["savepoint", "--job", str(job.path)]) == 0
     folder = Path(capsys.readouterr().out.split(": ", 1)[1].splitlines()[0])
     manifest = read_manifest(folder)
-    assert {op.uid for op in manifest.operators} == {"slots", "sums"}
+    assert {op.uid for op in manifest.operators} == {"slots", "sums", "lonely"}
     assert all(q.next_watermark_ms for q in manifest.queries)
     at_savepoint = {name: len(read_json(bs, topic)) for name, topic in stopped.items()}
 
     feed_events(bs, source, feed[EVENTS // 2 :])
     restore_from(str(job.path), str(folder), allow_non_restored=False)
+    # SIGKILLed inside the restored run's first epoch (its transactions open, nothing committed): the next start
+    # replays that epoch with the savepoint's state and its hold, as the first attempt had them.
+    _kill_run_in_epoch(job.path, 0, tmp_path / "kill-restored")
     run_job(job.path)
 
     never_stopped = {name: topic_factory(partitions=2) for name in names}
@@ -277,14 +341,15 @@ def _shadow_and_diff(
     loaded = resolve_app(argparse.Namespace(app=None, job=str(changed))).loaded
     run_shadow(loaded, folder, None, "changed", spark=spark)
     diffs = {d.topic: d for d in diff_shadow(read_record(loaded.job.app_id, "changed"), bs, {})}
-    assert not diffs[stopped["slots"]].differences and not diffs[stopped["cancelled"]].differences
+    assert not any(diffs[stopped[name]].differences for name in ("slots", "cancelled", "lonely"))
     assert {(d.key, d.how) for d in diffs[stopped["sums"]].differences} == {(b"u1", "changed")}
     assert main(["diff", "--job", str(changed), "--shadow", "changed"]) == 1
     assert "  changed key 'u1': record 1: production " in capsys.readouterr().out
 
     # A shadow name in use is refused before anything runs; production's topics were never written.
     assert main(["shadow", str(job), "--from-savepoint", str(folder), "--into", "same"]) == 1
-    assert f"shadow topic {stopped['slots']}.same" in capsys.readouterr().err
+    refused = re.search(r"shadow topic (\S+)\.same at \S+ holds records", capsys.readouterr().err)
+    assert refused is not None and refused[1] in stopped.values()
     assert end_offsets(bs, list(stopped.values())) == production_ends, (
         "a shadow run wrote production's topics"
     )

@@ -156,31 +156,17 @@ TIMERS_VAR = "@timers"
 _TIMER_SEQ_BASE = 1 << 50
 
 
-class Sequenced(StatefulProcessor):
-    """Wraps a processor and appends `__seq` to every row it emits: the row's position in the key's output of the
-    epoch — input rows first (0, 1, ...), then each expired timer's rows, in timer order. The exactly-once sink
-    sorts a task's records by key and `__seq`, so a key's records reach Kafka in the order the operator emitted
-    them (and the same order when the epoch is replayed).
+class Restoring(StatefulProcessor):
+    """Wraps a processor: delegates every call Spark makes to it, and restores its state from a savepoint. The
+    wrapped processor declares its state variables through a handle that records them, and `handleInitialState`
+    writes each restored row into the variable it names (see `checkpoint.savepoints`). What `transform` and the
+    framework's join (which needs no `__seq`) give Spark."""
 
-    Spark calls it as its `StatefulProcessor`; it delegates every call to the wrapped one. It also restores state
-    from a savepoint: the wrapped processor declares its state variables through a handle that records them, and
-    `handleInitialState` writes each restored row into the variable it names (see `checkpoint.savepoints`).
-    """
-
-    def __init__(self, inner: Any, names: tuple[str, ...], label: str = "") -> None:
+    def __init__(self, inner: Any, label: str = "") -> None:
         self.inner = inner
-        self.names = names
         self.label = label
-        self._row: Any = None
         self._handle: Any = None
         self._lists: dict[tuple[Any, str], list[tuple[int, bytes]]] = {}
-
-    def _make(self, values: tuple[Any, ...]) -> Row:
-        if self._row is None:
-            from pyspark.sql import Row
-
-            self._row = Row(*self.names)
-        return self._row(*values)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Delegate, through a handle that records the state variables the wrapped processor declares."""
@@ -188,18 +174,13 @@ class Sequenced(StatefulProcessor):
         self.inner.init(self._handle)
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
-        """The wrapped processor's rows, numbered 0, 1, ..."""
-        for index, row in enumerate(self.inner.handleInputRows(key, rows, timerValues)):
-            yield self._make((*row, index))
+        """Delegate."""
+        return self.inner.handleInputRows(key, rows, timerValues)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Row]:
-        """The wrapped processor's rows, numbered after the epoch's input rows, in timer order."""
+        """Delegate (nothing when the wrapped processor has no timers)."""
         handler = getattr(self.inner, "handleExpiredTimer", None)
-        if handler is None:
-            return
-        base = _TIMER_SEQ_BASE + max(0, int(expiredTimerInfo.getExpiryTimeInMs())) * 1024
-        for index, row in enumerate(handler(key, timerValues, expiredTimerInfo)):
-            yield self._make((*row, base + index))
+        return iter(()) if handler is None else handler(key, timerValues, expiredTimerInfo)
 
     def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
         """Write one restored row into the state variable it names: a value's cell, a map entry, one element of a
@@ -224,7 +205,9 @@ class Sequenced(StatefulProcessor):
         if kind == "value":
             state.update((value,))
         elif kind == "map":
-            state.updateValue((initialState["map_key"],), (value,))
+            raw = initialState["map_key"]
+            parts = unpack_key(raw) if self._handle.key_fields.get(var, 1) > 1 else (raw,)
+            state.updateValue(parts, (value,))
         else:
             elements = self._lists.setdefault((key, var), [])
             ordinal = int(initialState["ordinal"])
@@ -243,6 +226,54 @@ class Sequenced(StatefulProcessor):
             closer()
 
 
+class Sequenced(Restoring):
+    """Wraps a processor and appends `__seq` to every row it emits: the row's position in the key's output of the
+    epoch — input rows first (0, 1, ...), then each expired timer's rows, in timer order. The exactly-once sink
+    sorts a task's records by key and `__seq`, so a key's records reach Kafka in the order the operator emitted
+    them (and the same order when the epoch is replayed).
+
+    Spark calls it as its `StatefulProcessor`; it delegates every call to the wrapped one and restores state as
+    `Restoring` does.
+    """
+
+    def __init__(self, inner: Any, names: tuple[str, ...], label: str = "") -> None:
+        super().__init__(inner, label)
+        self.names = names
+        self._row: Any = None
+
+    def _make(self, values: tuple[Any, ...]) -> Row:
+        if self._row is None:
+            from pyspark.sql import Row
+
+            self._row = Row(*self.names)
+        return self._row(*values)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        """The wrapped processor's rows, numbered 0, 1, ..."""
+        for index, row in enumerate(self.inner.handleInputRows(key, rows, timerValues)):
+            yield self._make((*row, index))
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Row]:
+        """The wrapped processor's rows, numbered after the epoch's input rows, in timer order."""
+        handler = getattr(self.inner, "handleExpiredTimer", None)
+        if handler is None:
+            return
+        base = _TIMER_SEQ_BASE + max(0, int(expiredTimerInfo.getExpiryTimeInMs())) * 1024
+        for index, row in enumerate(handler(key, timerValues, expiredTimerInfo)):
+            yield self._make((*row, base + index))
+
+
+def unpack_key(packed: bytes) -> tuple[bytes, ...]:
+    """The fields of a map key a savepoint packed (`runtime.savepoint`: each field a 4-byte big-endian length, then
+    its bytes)."""
+    parts, at = [], 0
+    while at < len(packed):
+        size = int.from_bytes(packed[at : at + 4], "big")
+        parts.append(bytes(packed[at + 4 : at + 4 + size]))
+        at += 4 + size
+    return tuple(parts)
+
+
 class RestoreError(EtherealKafkaError):
     """State restored from a savepoint does not fit the operator (the message names the operator and the state)."""
 
@@ -254,6 +285,7 @@ class _RecordingHandle:
     def __init__(self, handle: Any) -> None:
         self._inner = handle
         self.declared: dict[str, tuple[str, Any]] = {}
+        self.key_fields: dict[str, int] = {}  # per map: the fields of its key
 
     def getValueState(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return self._record(name, "value", self._inner.getValueState(name, *args, **kwargs))
@@ -262,7 +294,11 @@ class _RecordingHandle:
         return self._record(name, "list", self._inner.getListState(name, *args, **kwargs))
 
     def getMapState(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return self._record(name, "map", self._inner.getMapState(name, *args, **kwargs))
+        state = self._inner.getMapState(name, *args, **kwargs)
+        schema: Any = args[0] if args else kwargs.get("userKeySchema")
+        fields = getattr(schema, "fields", None)
+        self.key_fields[name] = len(fields) if fields is not None else str(schema).count(",") + 1
+        return self._record(name, "map", state)
 
     def _record(self, name: str, kind: str, state: Any) -> Any:
         self.declared[name] = (kind, state)

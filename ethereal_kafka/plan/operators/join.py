@@ -32,7 +32,7 @@ from ethereal_kafka.api import graph as g
 from ethereal_kafka.api.errors import GraphError
 from ethereal_kafka.api.windows import EventTimeTrigger, TimeWindow
 from ethereal_kafka.plan.join_shapes import element, finish, key_pair
-from ethereal_kafka.plan.operators.base import PickledMap, millis, strip_watermark, timestamp
+from ethereal_kafka.plan.operators.base import PickledMap, Restoring, millis, strip_watermark, timestamp
 from ethereal_kafka.plan.operators.window_logic import KeyWindows, Pane, WindowSpec
 from ethereal_kafka.plan.schema import KEY, OFFSET, PART, TS
 from ethereal_kafka.plan.stream import Stream
@@ -109,11 +109,18 @@ def compile_framework_join(ctx: CompileContext, node: g.JoinNode, left: Stream, 
 
     union = side(left, 0, lkey).unionByName(side(right, 1, rkey))
     schema = _output_schema(ltype, rtype, union.schema[KEY].dataType)
-    frame = (
-        strip_watermark(union)
-        .groupBy(F.col(KEY))
-        .transformWithState(JoinProcessor(plan), schema, "append", "EventTime")
-    )
+    grouped = strip_watermark(union).groupBy(F.col(KEY))
+    initial = ctx.initial_state(node)
+    if initial is None:
+        frame = grouped.transformWithState(JoinProcessor(plan), schema, "append", "EventTime")
+    else:  # its state restored from a savepoint (`plan.operators.base.Restoring`)
+        frame = grouped.transformWithState(
+            Restoring(JoinProcessor(plan), node.label),
+            schema,
+            "append",
+            "EventTime",
+            initialState=initial.groupBy(F.col(KEY)),
+        )
     if node.how in ("semi", "anti"):
         frame = frame.drop("__r")
     return finish(node, frame, left, right)

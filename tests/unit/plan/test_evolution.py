@@ -167,7 +167,7 @@ def test_watermarks_that_carry_event_time_are_matched_by_carry_key_not_position(
 
 
 def test_a_savepoint_restores_by_uid_into_any_query_and_layout_but_not_what_it_cannot_seed() -> None:
-    held = [("totals", "rolling", "out"), ("kinds", "process", "kinds"), ("gone", "process", "x")]
+    held = [("totals", "rolling", "out", {}), ("kinds", "process", "kinds", {}), ("gone", "process", "x", {})]
     new = _plan(
         _node("totals", kind="rolling", query="elsewhere"),
         _node("kinds", kind="window", query="kinds", runs="spark-native"),
@@ -182,9 +182,38 @@ def test_a_savepoint_restores_by_uid_into_any_query_and_layout_but_not_what_it_c
     ]
     assert "kind process -> window" in findings[1].line and "--allow-non-restored-state" in findings[2].line
     (native,) = compare_savepoint(
-        [("w", "window", "q")], _plan(_node("w", kind="window", runs="spark-native"))
+        [("w", "window", "q", {})], _plan(_node("w", kind="window", runs="spark-native"))
     )
     assert native.verdict == CHANGED and "cannot seed a window" in native.line
     assert _verdicts(compare_savepoint(held[2:], _plan(), allow_non_restored=True)) == [
         (DROPPED, "gone", False)
     ]
+
+
+def test_state_variables_carry_by_name_and_kind() -> None:
+    """A process function's state variables (`detail.state_vars`): a new one starts empty, a changed kind blocks, one
+    no longer declared is left unread over a checkpoint and dropped from a savepoint only when allowed."""
+    was = {"u_total": "ValueState", "u_seen": "ListState"}
+    old = _plan(_node("p", kind="process", state_vars=was))
+    grown = _plan(_node("p", kind="process", state_vars={**was, "u_last": "MapState"}))
+    (carried,) = compare(old, grown)
+    assert carried.verdict == CARRIED and "new state 'last' (MapState) starts empty" in carried.line
+    relisted = _plan(_node("p", kind="process", state_vars={**was, "u_total": "ListState"}))
+    (changed,) = compare(old, relisted)
+    assert (changed.verdict, changed.blocking) == (CHANGED, True)
+    assert "state 'total' ValueState -> ListState" in changed.line
+    shrunk = _plan(_node("p", kind="process", state_vars={"u_total": "ValueState"}))
+    (left,) = compare(old, shrunk)
+    assert left.verdict == CARRIED and "state 'seen' (ListState) no longer declared" in left.line
+    # unknown on either side (an older description, an open() that raised outside a task): nothing compared
+    assert _verdicts(compare(old, _plan(_node("p", kind="process", state_vars=None)))) == [
+        (CARRIED, "p", False)
+    ]
+
+    held = [("p", "process", "out", {**was, "@timers": "TimerState"})]
+    assert _verdicts(compare_savepoint(held, grown)) == [(CARRIED, "p", False)]
+    (refused,) = compare_savepoint(held, relisted)
+    assert (refused.verdict, refused.blocking) == (CHANGED, True) and "cannot be read" in refused.line
+    (dropped,) = compare_savepoint(held, shrunk)
+    assert (dropped.verdict, dropped.blocking) == (DROPPED, True) and "'seen' (ListState)" in dropped.line
+    assert _verdicts(compare_savepoint(held, shrunk, allow_non_restored=True)) == [(CARRIED, "p", False)]

@@ -360,6 +360,19 @@ def test_state_restored_from_a_savepoint_goes_into_the_variables_the_processor_d
     assert store.lists[("u_recent", "u1")] == [(b"a",), (b"b",)]
     assert store.maps[("u_buckets", "u1")] == {(b"k",): (b"v",)}
     assert store.timers["u1"] == {99}
+
+    # A namespaced map's key (`n binary, k binary`) comes packed, each field length-prefixed.
+    class Namespaced:
+        def init(self, handle: Any) -> None:
+            handle.getMapState("_ek_ns", "n binary, k binary", "v binary")
+
+    spaced = Sequenced(Namespaced(), ("x",))
+    spaced.init(FakeHandle(store))
+    packed = len(b"user").to_bytes(4, "big") + b"user" + len(b"").to_bytes(4, "big")
+    spaced.handleInitialState(
+        ("u1",), {"var": "_ek_ns", "map_key": packed, "ordinal": None, "value": b"v"}, None
+    )
+    assert store.maps[("_ek_ns", "u1")] == {(b"user", b""): (b"v",)}
     with pytest.raises(RestoreError, match=r"process#3 \(uid kinds\): the savepoint holds state 'u_gone'"):
         sequenced.handleInitialState(
             ("u1",), {"var": "u_gone", "map_key": None, "ordinal": None, "value": b""}, None
