@@ -10,7 +10,8 @@ unless `savepoint.location` says otherwise; outside the checkpoint root, which a
 Each operator's state is one table in an open format (Parquet), keyed by the operator's stable id (its `.uid()`),
 independent of Spark's checkpoint layout and of the shuffle partition count: one row per state entry, `__key` (the
 operator's key), `var` (the state variable: `u_<descriptor>` for user state, the framework's own names for its
-accumulators and timer books, `plan.operators.base.TIMERS_VAR` for registered timers), `map_key` (map entries), `value` (the entry as the
+accumulators and timer books, `plan.operators.base.TIMERS_VAR` for registered timers), `map_key` (map entries; a key
+of several fields, as a namespaced map's, is each field as a 4-byte big-endian length and its bytes), `value` (the entry as the
 operator pickled it; a list is one row holding the pickled list of its elements, so its order survives), `ordinal`
 (a timer's time, ms).
 

@@ -36,7 +36,9 @@ def register(sub: Any) -> None:
     )
     add_app_arguments(take)
     take.add_argument(
-        "--into", metavar="DIR", help="the savepoints' folder (default <checkpoint.location>.savepoints)"
+        "--into",
+        metavar="DIR",
+        help="the savepoints' folder (default: the job's savepoint.location, else <checkpoint.location>.savepoints)",
     )
     take.add_argument(
         "--stop",
@@ -59,14 +61,31 @@ def register(sub: Any) -> None:
     listing = sub.add_parser("savepoints", help="list an app's savepoints")
     add_app_arguments(listing)
     listing.add_argument(
-        "--into", metavar="DIR", help="the savepoints' folder (default <checkpoint.location>.savepoints)"
+        "--into",
+        metavar="DIR",
+        help="the savepoints' folder (default: the job's savepoint.location, else <checkpoint.location>.savepoints)",
     )
     listing.set_defaults(handler=run_list)
 
 
 def location(app: AppJob, into: str | None) -> Path:
-    """The folder an app's savepoints go to."""
-    return Path(into or default_location(app.checkpoint_root)).absolute()
+    """The folder an app's savepoints go to: `--into`, else the job's `savepoint.location`, else beside the
+    checkpoint.
+
+    Raises:
+        SavepointError: the folder is inside the checkpoint folder (a replay or restore moves that aside, with the
+            savepoint it restores from).
+    """
+    found = Path(
+        into or app.loaded.job.savepoint_location or default_location(app.checkpoint_root)
+    ).absolute()
+    root = Path(app.checkpoint_root).absolute()
+    if found == root or root in found.parents:
+        raise SavepointError(
+            f"savepoints at {found} would be inside the checkpoint folder {root}, which a restore moves aside; "
+            "choose a folder outside it (savepoint.location or --into)"
+        )
+    return found
 
 
 def run_take(args: argparse.Namespace) -> int:

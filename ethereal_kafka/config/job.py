@@ -107,6 +107,11 @@ class JobConfig(Model):
         doc="a Spark SQL query over views named after the sources, giving the sink's columns (instead of pipeline)",
     )
     checkpoint_location: str = setting(key="checkpoint.location", doc="Spark checkpoint directory")
+    savepoint_location: str | None = setting(
+        None,
+        key="savepoint.location",
+        doc="where `ethereal-kafka savepoint` writes and `savepoints` lists (default <checkpoint.location>.savepoints)",
+    )
     delivery_guarantee: Guarantee = setting(
         Guarantee.EXACTLY_ONCE, key="delivery.guarantee", doc="delivery guarantee of the sinks"
     )

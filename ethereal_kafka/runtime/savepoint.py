@@ -11,9 +11,9 @@ the middle of its commit, or a checkpoint that lost or never synced files). An e
 commit whose output Kafka does not hold (a stop ended it) is left out.
 
 What this version covers, refused in one line otherwise: framework operators on Spark's transformWithState (keyed
-process functions, connected keyed process functions, rolling aggregates, windows, the framework's joins), one per
-query. Spark-native windows and joins keep state Spark cannot be seeded with, and broadcast state is not exported
-yet.
+process functions, connected keyed process functions, rolling aggregates, windows, the framework's joins, broadcast
+process functions with their broadcast state), one per query. Spark-native windows and joins keep state Spark cannot
+be seeded with.
 
 Restoring (`initial_states`, `check_restore`): `replay APP --from savepoint:PATH` (or `run --from-savepoint`) resets
 the app to the savepoint's offsets and leaves the folder in the replay intent; the next start seeds each operator
@@ -200,7 +200,8 @@ def _export(
     if kind not in RESTORABLE or node.get("runs") != FRAMEWORK:
         raise SavepointError(
             f"operator {uid} ({kind}, {node.get('runs')}) of query {query}: savepoints take the state of keyed "
-            "process functions, rolling aggregates and the framework's windows and joins so far; replay the job into a new "
+            "process functions, rolling aggregates, broadcast processes and the framework's windows and joins; replay the job "
+            "into a new "
             "checkpoint instead"
         )
     operators = spark.read.format("state-metadata").load(str(folder)).collect()
