@@ -25,6 +25,7 @@ from ethereal_kafka.config.connectors import KafkaSinkConfig, KafkaSourceConfig
 from ethereal_kafka.config.job import Guarantee, JobConfig
 from ethereal_kafka.connectors.kafka.clients import (
     admin_client,
+    cached_admin,
     cluster_metadata,
     group_consumer,
     transactional_producer,
@@ -270,7 +271,8 @@ class CheckpointCoordinator:
         if not topics:
             return {}
         try:
-            found = end_offsets(self.bootstrap, topics, self.passthrough)
+            admin = cached_admin(self.bootstrap, self.passthrough)
+            found = end_offsets(self.bootstrap, topics, self.passthrough, admin, timeout_s=5.0)
         except EtherealKafkaError as exc:
             log.warning("query %s: output end offsets not recorded for this epoch: %s", query, exc)
             return {}

@@ -12,8 +12,8 @@ commit whose output Kafka does not hold (a stop ended it) is left out.
 
 What this version covers, refused in one line otherwise: framework operators on Spark's transformWithState (keyed
 process functions, connected keyed process functions, rolling aggregates, windows, the framework's joins, broadcast
-process functions with their broadcast state), one per query. Spark-native windows and joins keep state Spark cannot
-be seeded with.
+process functions with their broadcast state), any number per query when each feeds the next (Spark numbers them
+from the sink up: `downstream_first`). Spark-native windows and joins keep state Spark cannot be seeded with.
 
 Restoring (`initial_states`, `check_restore`): `replay APP --from savepoint:PATH` (or `run --from-savepoint`) resets
 the app to the savepoint's offsets and leaves the folder in the replay intent; the next start seeds each operator
@@ -57,6 +57,7 @@ from ethereal_kafka.faults import savepoint_step
 from ethereal_kafka.plan.describe import FRAMEWORK
 from ethereal_kafka.plan.evolution import RESTORABLE
 from ethereal_kafka.plan.operators.base import TIMERS_VAR
+from ethereal_kafka.plan.operators.keyed_state import USER_PREFIX
 from ethereal_kafka.plan.schema import KEY
 from ethereal_kafka.plan.state_inventory import state_changes
 
@@ -126,7 +127,7 @@ def take_savepoint(
         )
         stateful = [n for n in plan.get("nodes", ()) if n.get("query") == name and n.get("stateful")]
         if stateful:
-            exports.append(_export(spark, folder, name, epoch, stateful))
+            exports += _export(spark, folder, name, epoch, stateful, plan.get("edges", ()))
     savepoint_id = new_id(now)
     scratch = begin(location, savepoint_id)
     savepoint_step("scratch")
@@ -183,41 +184,102 @@ def _kafka_epoch(
 
 
 def _export(
-    spark: SparkSession, folder: Path, query: str, epoch: int, stateful: list[Mapping[str, Any]]
-) -> tuple[str, str, str, int, dict[str, str], DataFrame]:
-    """The one stateful operator of `query`: `(uid, kind, query, Spark's operator id, variables, its table)`.
+    spark: SparkSession,
+    folder: Path,
+    query: str,
+    epoch: int,
+    stateful: list[Mapping[str, Any]],
+    edges: Sequence[Mapping[str, Any]],
+) -> list[tuple[str, str, str, int, dict[str, str], DataFrame]]:
+    """The stateful operators of `query`: `(uid, kind, query, Spark's operator id, variables, its table)` each.
+
+    Spark numbers a query's stateful operators from the sink up (the one nearest the sink is 0), so operators that
+    follow one another are matched to Spark's in that order, and each process function's declared state
+    (`detail.state_vars`) must be the state Spark's operator keeps.
 
     Raises:
-        SavepointError: the query keeps state this version cannot take.
+        SavepointError: the query keeps state this version cannot take, or stateful operators on separate
+            branches (which of Spark's operators holds which could not be told).
     """
-    if len(stateful) != 1:
+    for node in stateful:
+        uid, kind = str(node.get("uid")), str(node.get("kind"))
+        if kind not in RESTORABLE or node.get("runs") != FRAMEWORK:
+            raise SavepointError(
+                f"operator {uid} ({kind}, {node.get('runs')}) of query {query}: savepoints take the state of keyed "
+                "process functions, rolling aggregates, broadcast processes and the framework's windows and joins; "
+                "replay the job into a new checkpoint instead"
+            )
+    ordered = downstream_first(stateful, edges)
+    if ordered is None:
         uids = ", ".join(str(n.get("uid")) for n in stateful)
         raise SavepointError(
-            f"query {query} keeps {len(stateful)} stateful operators ({uids}); savepoints take one per query so far"
+            f"query {query} keeps stateful operators on separate branches ({uids}); savepoints take a query's "
+            "operators when each feeds the next"
         )
-    node = stateful[0]
+    operators = sorted(
+        spark.read.format("state-metadata").load(str(folder)).collect(), key=lambda r: int(r["operatorId"])
+    )
+    if len(operators) != len(ordered) or any(
+        "transformWithState" not in str(op["operatorName"]) for op in operators
+    ):
+        raise SavepointError(
+            f"query {query}: its checkpoint keeps {len(operators)} stateful operator(s), not the {len(ordered)} "
+            "transformWithState ones of this version; is it the checkpoint of this version?"
+        )
+    exported = [
+        _export_one(spark, folder, query, epoch, node, operator)
+        for node, operator in zip(ordered, operators, strict=True)
+    ]
+    return exported[::-1]  # in the pipeline's order
+
+
+def downstream_first(
+    stateful: Sequence[Mapping[str, Any]], edges: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]] | None:
+    """`stateful` (description nodes of one query) from the one nearest the sink to the first, when each feeds the
+    next through `edges`; None when two of them lie on separate branches."""
+    children: dict[str, list[str]] = {}
+    for edge in edges:
+        children.setdefault(str(edge.get("source")), []).append(str(edge.get("target")))
+
+    def below(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(children.get(start, ()))
+        while todo:
+            nid = todo.pop()
+            if nid not in seen:
+                seen.add(nid)
+                todo += children.get(nid, ())
+        return seen
+
+    ids = [str(n.get("id")) for n in stateful]
+    reach = {nid: below(nid) & set(ids) for nid in ids}
+    for a in ids:
+        for b in ids:
+            if a != b and b not in reach[a] and a not in reach[b]:
+                return None
+    return sorted(stateful, key=lambda n: len(reach[str(n.get("id"))]))
+
+
+def _export_one(
+    spark: SparkSession, folder: Path, query: str, epoch: int, node: Mapping[str, Any], operator: Any
+) -> tuple[str, str, str, int, dict[str, str], DataFrame]:
     uid, kind = str(node.get("uid")), str(node.get("kind"))
-    if kind not in RESTORABLE or node.get("runs") != FRAMEWORK:
-        raise SavepointError(
-            f"operator {uid} ({kind}, {node.get('runs')}) of query {query}: savepoints take the state of keyed "
-            "process functions, rolling aggregates, broadcast processes and the framework's windows and joins; replay the job "
-            "into a new "
-            "checkpoint instead"
-        )
-    operators = spark.read.format("state-metadata").load(str(folder)).collect()
-    if len(operators) != 1 or "transformWithState" not in str(operators[0]["operatorName"]):
-        raise SavepointError(
-            f"query {query}: its checkpoint keeps {len(operators)} stateful operator(s), not the one "
-            f"transformWithState {uid} ran on; is it the checkpoint of this version?"
-        )
-    operator_id = int(operators[0]["operatorId"])
-    properties = json.loads(operators[0]["operatorProperties"] or "{}")
+    operator_id = int(operator["operatorId"])
+    properties = json.loads(operator["operatorProperties"] or "{}")
     variables: dict[str, str] = {}
     for variable in properties.get("stateVariables", ()):
         name, spark_kind = str(variable["stateName"]), str(variable["stateVariableType"])
         if spark_kind not in VARIABLE_KINDS or variable.get("ttlEnabled"):
             raise SavepointError(f"operator {uid}: state {name} is a {spark_kind} this version cannot take")
         variables[name] = spark_kind
+    declared = (node.get("detail") or {}).get("state_vars")
+    if declared is not None and {v for v in variables if v.startswith(USER_PREFIX)} != set(declared):
+        raise SavepointError(
+            f"operator {uid} of query {query}: Spark's operator {operator_id} keeps state "
+            f"{', '.join(sorted(variables)) or 'none'}, not what {uid} declares ({', '.join(sorted(declared))}); "
+            "is the checkpoint of this version?"
+        )
     frames = [
         _variable(spark, folder, epoch, operator_id, name, k)
         for name, k in sorted(variables.items())

@@ -1,6 +1,7 @@
 """Jobs for `test_savepoints.py`. Without event time: a running total per user (`totals`, a rolling sum) and every
-kind of keyed state (`kinds`, `keyed_jobs.StateKinds`: value, list, map, aggregating), each to a sink of its own
-(two queries), and a processing-time timer far in the future in `kinds`. With event time (`timed`): event-time
+kind of keyed state (`kinds`, `keyed_jobs.StateKinds`: value, list, map, aggregating) followed in its query by a
+rolling reduce (`kinds-last`), each to a sink of its own (two queries), and a processing-time timer far in the
+future in `kinds`. With event time (`timed`): event-time
 timers that report the watermark (`slots`, `keyed_jobs.SlotTimers`, with a side output) and a tumbling window
 reduced by a Python function (`sums`, the framework's window operator)."""
 
@@ -54,13 +55,23 @@ def _totals(keyed: KeyedStream) -> None:
     ).sink_to("totals")
 
 
+def _latest(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Reduce: the later element, its `n` the sum of every `n` so far (what it writes depends on its state)."""
+    return {**b, "n": a["n"] + b["n"]}
+
+
+def _kinds(keyed: KeyedStream, function: TimedKinds) -> None:
+    """`kinds` and, in the same query after it, a rolling reduce (`kinds-last`): two stateful operators in one
+    query, which Spark numbers from the sink up."""
+    kinds = keyed.process(function, output_type=STATE_KINDS_DDL, time_mode="processing").uid("kinds")
+    kinds.key_by("user").reduce(_latest).uid("kinds-last").sink_to("kinds")
+
+
 def v1(env: StreamExecutionEnvironment) -> None:
     """Both operators."""
     keyed = _events(env)
     _totals(keyed)
-    keyed.process(TimedKinds(), output_type=STATE_KINDS_DDL, time_mode="processing").uid("kinds").sink_to(
-        "kinds"
-    )
+    _kinds(keyed, TimedKinds())
 
 
 class RecentAsMap(TimedKinds):
@@ -75,9 +86,7 @@ def v3_recent_as_map(env: StreamExecutionEnvironment) -> None:
     """`v1` with an incompatible state schema in `kinds`."""
     keyed = _events(env)
     _totals(keyed)
-    keyed.process(RecentAsMap(), output_type=STATE_KINDS_DDL, time_mode="processing").uid("kinds").sink_to(
-        "kinds"
-    )
+    _kinds(keyed, RecentAsMap())
 
 
 def v2_without_kinds(env: StreamExecutionEnvironment) -> None:

@@ -44,10 +44,19 @@ KEYED_SINK = f"{SINK}key.column=user\n"
 #: 120 events on one partition in epochs of 20: the stopped run ends on an epoch boundary of the run that is not
 #: stopped, so both order each epoch's elements alike.
 EVENTS, EPOCH = 120, 20
+#: The event-time job's epochs: four queries, so fewer and larger epochs (the halves still end on a boundary).
+TIMED_EPOCH = 30
 
 
 def _job(
-    folder: Path, bs: str, version: str, source: str, sinks: dict[str, str], extra: str = "", sink: str = SINK
+    folder: Path,
+    bs: str,
+    version: str,
+    source: str,
+    sinks: dict[str, str],
+    extra: str = "",
+    sink: str = SINK,
+    epoch: int = EPOCH,
 ) -> ApiJob:
     return write_api_job(
         folder,
@@ -55,7 +64,7 @@ def _job(
         f"tests.integration.savepoint_jobs:{version}",
         {"events": (source, SOURCE)},
         {name: (topic, sink) for name, topic in sinks.items()},
-        max_records=EPOCH,
+        max_records=epoch,
         extra_job=extra,
     )
 
@@ -127,6 +136,11 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     for event in events[: EVENTS // 2]:
         sums[event.user] = sums.get(event.user, 0) + event.amount
     assert {r["__key"]: pickle.loads(r["value"])["amount"] for r in table} == sums
+    # `kinds` and the reduce after it in its query, matched to Spark's operators from the sink up.
+    assert [(op.uid, op.query, op.operator_id) for op in manifest.operators if op.query == "kinds"] == [
+        ("kinds", "kinds", 1),
+        ("kinds-last", "kinds", 0),
+    ]
     (kinds,) = [op for op in manifest.operators if op.uid == "kinds"]
     rows = pq.read_table(folder / kinds.folder).to_pylist()
     timers = sorted((r["__key"], r["ordinal"]) for r in rows if r["var"] == TIMERS_VAR)
@@ -280,7 +294,7 @@ def test_a_savepoint_of_event_time_state_resumes_with_its_watermark(
     feed_events(bs, source, feed[: EVENTS // 2])
     names = ("slots", "cancelled", "sums", "lonely")
     stopped = {name: topic_factory(partitions=2) for name in names}
-    job = _job(tmp_path / "stopped", bs, "timed", source, stopped, sink=KEYED_SINK)
+    job = _job(tmp_path / "stopped", bs, "timed", source, stopped, sink=KEYED_SINK, epoch=TIMED_EPOCH)
     run_job(job.path)
     capsys.readouterr()
     assert main(["savepoint", "--job", str(job.path)]) == 0
@@ -298,7 +312,11 @@ def test_a_savepoint_of_event_time_state_resumes_with_its_watermark(
     run_job(job.path)
 
     never_stopped = {name: topic_factory(partitions=2) for name in names}
-    run_job(_job(tmp_path / "never-stopped", bs, "timed", source, never_stopped, sink=KEYED_SINK).path)
+    run_job(
+        _job(
+            tmp_path / "never-stopped", bs, "timed", source, never_stopped, sink=KEYED_SINK, epoch=TIMED_EPOCH
+        ).path
+    )
     for name in names:
         got, want = read_json(bs, stopped[name]), read_json(bs, never_stopped[name])
         assert want, f"{name}: the reference run wrote nothing"

@@ -16,7 +16,7 @@ from typing import Any
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, ConfigSource, NewTopic, OffsetSpec, ResourceType
 
-from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata
+from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, with_retries
 from ethereal_kafka.connectors.kafka.errors import TopicError
 from ethereal_kafka.errors import KafkaConnectionError
 
@@ -176,39 +176,53 @@ def describe_topic(bootstrap: str, name: str, settings: Mapping[str, str] | None
 
 
 def end_offsets(
-    bootstrap: str, topics: list[str], settings: Mapping[str, str] | None = None
+    bootstrap: str,
+    topics: list[str],
+    settings: Mapping[str, str] | None = None,
+    admin: Any = None,
+    timeout_s: float = SETTLE_S,
 ) -> dict[str, dict[int, int]]:
-    """The high watermark of every partition of `topics` (the offset the next record of each will get), in one
-    request per broker: `{topic: {partition: offset}}`. A topic that does not exist is left out.
+    """The high watermark of every partition of `topics` (the offset the next record of each will get):
+    `{topic: {partition: offset}}`, from one metadata request per topic and one offsets request per broker. A topic
+    that does not exist is left out. `admin`: a client to use (a long-lived one on a per-epoch path), else a new one.
 
     Raises:
-        KafkaConnectionError: the cluster did not answer after bounded retries.
+        KafkaConnectionError: the cluster did not answer within about `timeout_s` (retries included).
     """
-    admin = admin_client(bootstrap, settings)
-    listed = cluster_metadata(admin, bootstrap).topics
-    tps = [
-        TopicPartition(topic, p)
-        for topic in sorted(set(topics))
-        if topic in listed and listed[topic].error is None
-        for p in sorted(listed[topic].partitions)
-    ]
+    admin = admin if admin is not None else admin_client(bootstrap, settings)
+    tps: list[TopicPartition] = []
+    for topic in sorted(set(topics)):
+        listed = _topic_metadata(admin, topic, bootstrap, timeout_s)
+        if listed is not None and listed.error is None:
+            tps += [TopicPartition(topic, p) for p in sorted(listed.partitions)]
     if not tps:
         return {}
     futures = admin.list_offsets(
         {tp: OffsetSpec.latest() for tp in tps},
         isolation_level=IsolationLevel.READ_UNCOMMITTED,
-        request_timeout=SETTLE_S,
+        request_timeout=timeout_s,
     )
     found: dict[str, dict[int, int]] = {}
     try:
         for tp, future in futures.items():
-            found.setdefault(tp.topic, {})[tp.partition] = future.result(timeout=SETTLE_S + 5).offset
+            found.setdefault(tp.topic, {})[tp.partition] = future.result(timeout=timeout_s + 5).offset
     except KafkaException as exc:
         raise KafkaConnectionError(
             f"end offsets of {', '.join(sorted(set(topics)))} at {bootstrap}: "
             f"{exc.args[0].str() if exc.args else exc}"
         ) from exc
     return found
+
+
+def _topic_metadata(admin: Any, topic: str, bootstrap: str, timeout_s: float) -> Any:
+    """The metadata of one topic (None when the cluster does not know it), retried for about `timeout_s`."""
+    found = with_retries(
+        f"metadata of {topic}",
+        bootstrap,
+        lambda: admin.list_topics(topic=topic, timeout=min(10.0, timeout_s)),
+        deadline_s=timeout_s,
+    )
+    return found.topics.get(topic)
 
 
 def delete_topic(
