@@ -221,19 +221,24 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     }, "the added operator did not start empty"
 
 
+def _cli_process(args: list[str], env: dict[str, str], folder: Path) -> subprocess.Popen[bytes]:
+    """`ethereal-kafka ARGS` in a process group of its own, with `env` added, its output in `folder/log`."""
+    with (folder / "log").open("w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ethereal_kafka.cli", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+
+
 def _kill_savepoint_after(job: Path, step: str, folder: Path) -> None:
     """Run `ethereal-kafka savepoint` in a process of its own until it traces `step`, then SIGKILL its group."""
     folder.mkdir()
     trace = folder / "trace"
-    env = {**os.environ, SAVEPOINT_TRACE_ENV: str(trace), SAVEPOINT_PAUSE_ENV: step}
-    with (folder / "log").open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ethereal_kafka.cli", "savepoint", "--job", str(job)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    env = {SAVEPOINT_TRACE_ENV: str(trace), SAVEPOINT_PAUSE_ENV: step}
+    proc = _cli_process(["savepoint", "--job", str(job)], env, folder)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
@@ -253,15 +258,8 @@ def _kill_run_in_epoch(job: Path, epoch: int, folder: Path) -> None:
     `epoch` opened its transaction; then SIGKILL the process group."""
     folder.mkdir()
     trace = folder / "trace"
-    env = {**os.environ, TRACE_ENV: str(trace), TXN_DELAY_ENV: "60000"}
-    with (folder / "log").open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ethereal_kafka.cli", "run", "--available-now", str(job)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    env = {TRACE_ENV: str(trace), TXN_DELAY_ENV: "60000"}
+    proc = _cli_process(["run", "--available-now", str(job)], env, folder)
     try:
         deadline = time.monotonic() + 180
         opened = False

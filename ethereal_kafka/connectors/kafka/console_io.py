@@ -258,12 +258,17 @@ def consume_records(
         try:
             yield from _read(consumer, ends, positions, follow, idle_timeout_s)
         except KafkaException as exc:
-            error = exc.args[0]
-            raise KafkaConnectionError(
-                f"consume {topic} at {bootstrap}: {error.str() if hasattr(error, 'str') else error}"
-            ) from exc
+            raise _consume_error(topic, bootstrap, exc) from exc
     finally:
         consumer.close()
+
+
+def _consume_error(topic: str, bootstrap: str, exc: KafkaException) -> KafkaConnectionError:
+    """A failed read of `topic`, as one line."""
+    error = exc.args[0]
+    return KafkaConnectionError(
+        f"consume {topic} at {bootstrap}: {error.str() if hasattr(error, 'str') else error}"
+    )
 
 
 def _reader(bootstrap: str, settings: Mapping[str, str] | None, isolation_level: str) -> Consumer:
@@ -323,10 +328,7 @@ def read_range(
                 stuck = ", ".join(f"{topic}[{p}] before offset {wanted[p][1]}" for p in sorted(pending))
                 raise KafkaConnectionError(f"read of {stuck} at {bootstrap} made no progress")
     except KafkaException as exc:
-        error = exc.args[0]
-        raise KafkaConnectionError(
-            f"consume {topic} at {bootstrap}: {error.str() if hasattr(error, 'str') else error}"
-        ) from exc
+        raise _consume_error(topic, bootstrap, exc) from exc
     finally:
         consumer.close()
     return [record for p in sorted(found) for record in found[p]]
