@@ -6,7 +6,8 @@ committed epoch of production. The version in JOB then runs once over exactly th
 savepoint would run it (each operator's state seeded by uid, the watermark carried), under its own app id
 `{app}.shadow-{suffix}` (its own transactional ids, consumer group, progress topic and owner claim) and a temporary
 checkpoint, with every source bounded at the range's end (`ending.offsets`) and every sink and dead-letter topic `T`
-written as `T.{suffix}`. Production's offsets, markers, checkpoint and topics are never written. The shadow topics are
+(the sources' and `user.error.dlq.topic`) written as `T.{suffix}`; a sink whose rows name their topic is refused,
+as nothing could keep them off production's topics. Production's offsets, markers, checkpoint and topics are never written. The shadow topics are
 created with their production topics' partition counts; one that exists must be empty. Afterwards the shadow app's
 groups, progress topic and local state are removed (a leftover is named) and the run is kept as a `ShadowRecord`.
 """
@@ -58,7 +59,14 @@ def shadow_job(loaded: LoadedJob, suffix: str, root: Path, ends: Partitions) -> 
     """`loaded` rewritten for a shadow run: its own app id and checkpoint `root`, every source in the shadow's group
     and bounded at `ends`, every sink and dead-letter topic renamed by `shadow_topic`; `replay.from` dropped."""
     app = shadow_app_id(loaded.job.app_id, suffix)
-    job = dataclasses.replace(loaded.job, app_id=app, checkpoint_location=str(root), replay_from=None)
+    dead = loaded.job.user_error_dlq_topic
+    job = dataclasses.replace(
+        loaded.job,
+        app_id=app,
+        checkpoint_location=str(root),
+        replay_from=None,
+        user_error_dlq_topic=shadow_topic(dead, suffix) if dead else None,
+    )
     sources = {}
     for name, conf in loaded.sources.items():
         bound = ",".join(f"{t}:{p}:{o}" for (t, p), o in sorted(ends.items()) if conf.reads(t))
@@ -67,7 +75,7 @@ def shadow_job(loaded: LoadedJob, suffix: str, root: Path, ends: Partitions) -> 
             changes["dlq_topic"] = shadow_topic(conf.dlq_topic, suffix)
         sources[name] = dataclasses.replace(conf, **changes)  # type: ignore[arg-type]
     sinks = {
-        name: dataclasses.replace(conf, topic=shadow_topic(conf.topic, suffix)) if conf.topic else conf
+        name: dataclasses.replace(conf, topic=shadow_topic(str(conf.topic), suffix))
         for name, conf in loaded.sinks.items()
     }
     return LoadedJob(loaded.path, job, sources, sinks, loaded.tables, loaded.files)
@@ -95,6 +103,12 @@ def run_shadow(
 
     if not _SUFFIX.match(suffix):
         raise ShadowError(f"--into {suffix!r}: a shadow's name takes letters, digits, '.', '_' and '-'")
+    routed = sorted(name for name, conf in loaded.sinks.items() if not conf.topic)
+    if routed:
+        raise ShadowError(
+            f"sink {routed[0]} of {loaded.path} writes to the topics its rows name: a shadow could not keep them "
+            "off production's topics; give the sink a topic"
+        )
     app_id = loaded.job.app_id
     folder = savepoint.absolute()
     manifest = read_manifest(folder)
@@ -159,6 +173,8 @@ def _shadow_topics(loaded: LoadedJob, found: ProductionRange, suffix: str) -> tu
     bootstrap, settings = sink.bootstrap_servers, sink.passthrough
     topics = {conf.topic for conf in loaded.sinks.values() if conf.topic}
     topics |= {conf.dlq_topic for conf in loaded.sources.values() if conf.dlq_topic}
+    if loaded.job.user_error_dlq_topic:
+        topics.add(loaded.job.user_error_dlq_topic)
     topics |= set(found.output_ends)
     for topic in sorted(topics):
         target = shadow_topic(topic, suffix)
