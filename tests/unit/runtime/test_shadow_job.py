@@ -43,5 +43,5 @@ def test_a_shadow_writes_every_topic_under_its_suffix_and_reads_only_the_range(t
 
 def test_a_sink_whose_rows_name_their_topic_is_refused(tmp_path: Path) -> None:
     loaded = load_job(_files(tmp_path, sink_topic=""))
-    with pytest.raises(ShadowError, match="sink out of .* writes to the topics its rows name"):
+    with pytest.raises(ShadowError, match=r"sink out of .* writes to the topics its rows name"):
         run_shadow(loaded, tmp_path / "sp", None, "v2")
