@@ -170,7 +170,9 @@ class Manifest:
                 if found.setdefault(key, int(offset)) != int(offset):
                     raise SavepointError(
                         f"savepoint {self.savepoint_id}: queries read {topic}:{partition} up to different offsets "
-                        f"({found[key]} and {offset})"
+                        f"({found[key]} and {offset}), and a restore starts every query of a partition at one "
+                        "offset; take the savepoint once the queries have read the same input (e.g. with "
+                        "`savepoint --stop` after the input paused)"
                     )
         return sorted((t, p, o) for (t, p), o in found.items())
 

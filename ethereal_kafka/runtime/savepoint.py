@@ -82,8 +82,9 @@ def take_savepoint(
     new folder under `location`; returns it. `sources`: the job's sources with the groups its queries commit to.
 
     Raises:
-        SavepointError: Kafka holds output of an epoch Spark did not commit, a query never committed one, or keeps
-            state this version cannot take (the message names the query or operator and the way out).
+        SavepointError: Kafka holds output of an epoch Spark did not commit, a query never committed one, keeps
+            state this version cannot take, or two queries stand at different offsets of one partition (a restore
+            starts them at one offset); the message names the query, operator or partition and the way out.
     """
     import pyarrow.parquet as pq  # here, not at import: the runner imports this module at every start
 
@@ -129,6 +130,8 @@ def take_savepoint(
         if stateful:
             exports += _export(spark, folder, name, epoch, stateful, plan.get("edges", ()))
     savepoint_id = new_id(now)
+    # A restore starts every query of a partition at one offset: refused here, before anything is written.
+    Manifest(savepoint_id, job.app_id, now, str(loaded.path), tuple(positions), ()).offsets()
     scratch = begin(location, savepoint_id)
     savepoint_step("scratch")
     operators = []
