@@ -142,9 +142,8 @@ def apply_start(app: AppJob, plan: ReplayPlan, force: bool) -> ReplayOutcome:
 def rewind_warning(plan: ReplayPlan) -> str | None:
     """For a restore from a savepoint the app has read past: one line saying its output from there on will be
     written again (as with any replay into the same topics); None otherwise."""
-    ahead: dict[
-        tuple[str, int], int
-    ] = {}  # per input partition (a source read by several queries: one group each)
+    # Per input partition: a source read by several queries has a group per query, counted once.
+    ahead: dict[tuple[str, int], int] = {}
     for r in plan.resets:
         if r.committed is not None and r.committed > r.new:
             tp = (r.topic, r.partition)

@@ -264,15 +264,21 @@ class CheckpointCoordinator:
         after an epoch committed, it separates that epoch's output from the next epoch's. Empty for sinks whose
         rows name their topic, and when the cluster did not answer (logged: the figure is for `diff`, never for
         recovery)."""
-        from ethereal_kafka.connectors.kafka.topic_admin import end_offsets
+        from ethereal_kafka.connectors.kafka.topic_admin import high_watermarks
         from ethereal_kafka.errors import EtherealKafkaError
 
-        topics = [sink.topic for sink in self.queries[query].sinks if sink.topic]
-        if not topics:
+        # The partition counts the run partitions its output by (`output_partitions`, looked up once).
+        tps = [
+            TopicPartition(sink.topic, p)
+            for sink in self.queries[query].sinks
+            if sink.topic
+            for p in range(self.output_partitions(sink.name) or 0)
+        ]
+        if not tps:
             return {}
         try:
             admin = cached_admin(self.bootstrap, self.passthrough)
-            found = end_offsets(self.bootstrap, topics, self.passthrough, admin, timeout_s=5.0)
+            found = high_watermarks(admin, tps, self.bootstrap, timeout_s=5.0)
         except EtherealKafkaError as exc:
             log.warning("query %s: output end offsets not recorded for this epoch: %s", query, exc)
             return {}

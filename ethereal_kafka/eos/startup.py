@@ -32,7 +32,7 @@ from ethereal_kafka.config.connectors import KafkaSourceConfig
 from ethereal_kafka.connectors.kafka.clients import admin_client, cluster_metadata, with_retries
 from ethereal_kafka.connectors.kafka.epoch_bounds import check_bounds_fit
 from ethereal_kafka.connectors.kafka.positions import PositionResolver
-from ethereal_kafka.eos.committed import committed_offsets
+from ethereal_kafka.eos.committed import CommittedOffset, committed_offsets
 from ethereal_kafka.eos.errors import CheckpointMismatchError, RecoveryError
 from ethereal_kafka.eos.markers import EpochMarker
 from ethereal_kafka.eos.names import phase_two_id, progress_group, progress_topic, transactional_id
@@ -46,6 +46,16 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
 
 
+def _group_offsets(source: KafkaSourceConfig, stable: bool) -> list[CommittedOffset]:
+    """What `source`'s group has committed on every partition the source reads (`eos.committed.committed_offsets`)."""
+    resolver = PositionResolver(source)
+    try:
+        tps = resolver.topic_partitions()
+    finally:
+        resolver.close()
+    return committed_offsets(source.bootstrap_servers, source.group, source.passthrough, tps, stable=stable)
+
+
 def refuse_lost_state(
     app_id: str, location: str, sources: Iterable[KafkaSourceConfig], stable: bool = True
 ) -> None:
@@ -56,15 +66,7 @@ def refuse_lost_state(
         RecoveryError: one line naming the group, the marker's epoch and checkpoint, and the ways out.
     """
     for source in sources:
-        resolver = PositionResolver(source)
-        try:
-            tps = resolver.topic_partitions()
-        finally:
-            resolver.close()
-        found = committed_offsets(
-            source.bootstrap_servers, source.group, source.passthrough, tps, stable=stable
-        )
-        for offset in found:
+        for offset in _group_offsets(source, stable):
             marker = offset.marker
             if marker is not None and marker.app_id == app_id:
                 raise RecoveryError(
@@ -128,15 +130,7 @@ def read_markers(
         KafkaConnectionError: the cluster did not answer after bounded retries.
     """
     for source in sources:
-        resolver = PositionResolver(source)
-        try:
-            tps = resolver.topic_partitions()
-        finally:
-            resolver.close()
-        found = committed_offsets(
-            source.bootstrap_servers, source.group, source.passthrough, tps, stable=stable
-        )
-        for offset in found:
+        for offset in _group_offsets(source, stable):
             if offset.marker is not None:
                 yield f"group {source.group}, {offset.topic}[{offset.partition}]", offset.marker
     if progress_partitions:

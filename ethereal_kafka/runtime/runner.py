@@ -113,19 +113,20 @@ def job_sources(
 
 def checkpoint_has_progress(root: str) -> bool:
     """True when any query under the job's checkpoint folder has logged an epoch."""
-    folder = Path(root)
-    return folder.is_dir() and any(
-        child.is_dir() and child.name != "sources" and has_progress(child) for child in folder.iterdir()
-    )
+    return any(has_progress(query) for query in _query_checkpoints(root))
 
 
 def checkpoint_has_commits(root: str) -> bool:
     """True when any query under the job's checkpoint folder has committed an epoch."""
+    return any(last_committed(query) is not None for query in _query_checkpoints(root))
+
+
+def _query_checkpoints(root: str) -> list[Path]:
+    """The queries' Spark checkpoint folders under the job's checkpoint root (none when it does not exist)."""
     folder = Path(root)
-    return folder.is_dir() and any(
-        child.is_dir() and child.name != "sources" and last_committed(child) is not None
-        for child in folder.iterdir()
-    )
+    if not folder.is_dir():
+        return []
+    return [child for child in folder.iterdir() if child.is_dir() and child.name != "sources"]
 
 
 def start(

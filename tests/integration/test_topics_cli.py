@@ -223,3 +223,22 @@ def test_a_missing_topic_is_one_line(capsys: pytest.CaptureFixture[str], bootstr
     monkey_stdin("x\n")
     assert cli(capsys, "produce", missing)[::2] == (1, hint)
     assert cli(capsys, "consume", missing)[::2] == (1, hint)
+
+
+def test_a_range_read_refuses_records_retention_deleted(topic_factory: TopicFactory, bootstrap: str) -> None:
+    """`console_io.read_range` (what `diff` reads production's range with): a start the partition no longer holds
+    fails the read in one line, never a shorter range read from the earliest offset left."""
+    from confluent_kafka import TopicPartition
+
+    from ethereal_kafka.connectors.kafka.clients import admin_client
+    from ethereal_kafka.connectors.kafka.console_io import read_range
+    from ethereal_kafka.errors import KafkaConnectionError
+
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, [(None, str(i).encode()) for i in range(5)])
+    assert [r.value for r in read_range(bootstrap, topic, {0: (1, 4)})] == [b"1", b"2", b"3"]
+    admin = admin_client(bootstrap)
+    for future in admin.delete_records([TopicPartition(topic, 0, 3)], request_timeout=30).values():
+        future.result()
+    with pytest.raises(KafkaConnectionError, match=f"consume {topic} at "):
+        read_range(bootstrap, topic, {0: (1, 5)})

@@ -271,8 +271,11 @@ def _consume_error(topic: str, bootstrap: str, exc: KafkaException) -> KafkaConn
     )
 
 
-def _reader(bootstrap: str, settings: Mapping[str, str] | None, isolation_level: str) -> Consumer:
-    """A consumer for manual assignment that joins no group and commits nothing."""
+def _reader(
+    bootstrap: str, settings: Mapping[str, str] | None, isolation_level: str, reset: str = "earliest"
+) -> Consumer:
+    """A consumer for manual assignment that joins no group and commits nothing; `reset` is what it does at an
+    offset the partition no longer holds (`error`: fail the read)."""
     return new_consumer(
         {
             "log_level": "3",
@@ -282,7 +285,7 @@ def _reader(bootstrap: str, settings: Mapping[str, str] | None, isolation_level:
             "enable.auto.commit": "false",
             "enable.auto.offset.store": "false",
             "enable.partition.eof": "true",
-            "auto.offset.reset": "earliest",
+            "auto.offset.reset": reset,
             "isolation.level": isolation_level,
         }
     )
@@ -300,12 +303,14 @@ def read_range(
 
     Raises:
         KafkaConnectionError: a partition made no progress for `REQUEST_TIMEOUT_S` before reaching its end (the
-            cluster stopped answering, or a transaction below `end` is still open), naming it.
+            cluster stopped answering, or a transaction below `end` is still open), naming it; or a `start` the
+            partition no longer holds (deleted by retention).
     """
     wanted = {p: (start, end) for p, (start, end) in ranges.items() if end > start}
     if not wanted:
         return []
-    consumer = _reader(bootstrap, settings, "read_committed")
+    # A start the partition no longer holds (retention deleted it) fails the read: never a shorter range.
+    consumer = _reader(bootstrap, settings, "read_committed", reset="error")
     found: dict[int, list[ReadRecord]] = {p: [] for p in wanted}
     try:
         consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in wanted.items()])

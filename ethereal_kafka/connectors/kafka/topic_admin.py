@@ -176,51 +176,55 @@ def describe_topic(bootstrap: str, name: str, settings: Mapping[str, str] | None
 
 
 def end_offsets(
-    bootstrap: str,
-    topics: list[str],
-    settings: Mapping[str, str] | None = None,
-    admin: Any = None,
-    timeout_s: float = SETTLE_S,
+    bootstrap: str, topics: list[str], settings: Mapping[str, str] | None = None
 ) -> dict[str, dict[int, int]]:
     """The high watermark of every partition of `topics` (the offset the next record of each will get):
     `{topic: {partition: offset}}`, from one metadata request per topic and one offsets request per broker. A topic
-    that does not exist is left out. `admin`: a client to use (a long-lived one on a per-epoch path), else a new one.
+    that does not exist is left out.
 
     Raises:
-        KafkaConnectionError: the cluster did not answer within about `timeout_s` (retries included).
+        KafkaConnectionError: the cluster did not answer after bounded retries.
     """
-    admin = admin if admin is not None else admin_client(bootstrap, settings)
+    admin = admin_client(bootstrap, settings)
     tps: list[TopicPartition] = []
     for topic in sorted(set(topics)):
-        listed = _topic_metadata(admin, topic, bootstrap, timeout_s)
+        listed = _topic_metadata(admin, topic, bootstrap)
         if listed is not None and listed.error is None:
             tps += [TopicPartition(topic, p) for p in sorted(listed.partitions)]
+    return high_watermarks(admin, tps, bootstrap)
+
+
+def high_watermarks(
+    admin: Any, tps: list[TopicPartition], bootstrap: str, timeout_s: float = SETTLE_S
+) -> dict[str, dict[int, int]]:
+    """The high watermark of each of `tps`, `{topic: {partition: offset}}`, in one offsets request per broker,
+    asked again while the cluster answers with a retriable error (a leader that moved) for about `timeout_s`.
+
+    Raises:
+        KafkaConnectionError: no answer within about `timeout_s`.
+    """
     if not tps:
         return {}
-    futures = admin.list_offsets(
-        {tp: OffsetSpec.latest() for tp in tps},
-        isolation_level=IsolationLevel.READ_UNCOMMITTED,
-        request_timeout=timeout_s,
-    )
-    found: dict[str, dict[int, int]] = {}
-    try:
+
+    def ask() -> dict[str, dict[int, int]]:
+        futures = admin.list_offsets(
+            {tp: OffsetSpec.latest() for tp in tps},
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            request_timeout=timeout_s,
+        )
+        found: dict[str, dict[int, int]] = {}
         for tp, future in futures.items():
             found.setdefault(tp.topic, {})[tp.partition] = future.result(timeout=timeout_s + 5).offset
-    except KafkaException as exc:
-        raise KafkaConnectionError(
-            f"end offsets of {', '.join(sorted(set(topics)))} at {bootstrap}: "
-            f"{exc.args[0].str() if exc.args else exc}"
-        ) from exc
-    return found
+        return found
+
+    topics = ", ".join(sorted({tp.topic for tp in tps}))
+    return with_retries(f"end offsets of {topics}", bootstrap, ask, deadline_s=timeout_s)
 
 
-def _topic_metadata(admin: Any, topic: str, bootstrap: str, timeout_s: float) -> Any:
-    """The metadata of one topic (None when the cluster does not know it), retried for about `timeout_s`."""
+def _topic_metadata(admin: Any, topic: str, bootstrap: str) -> Any:
+    """The metadata of one topic (None when the cluster does not know it), with bounded retries."""
     found = with_retries(
-        f"metadata of {topic}",
-        bootstrap,
-        lambda: admin.list_topics(topic=topic, timeout=min(10.0, timeout_s)),
-        deadline_s=timeout_s,
+        f"metadata of {topic}", bootstrap, lambda: admin.list_topics(topic=topic, timeout=10)
     )
     return found.topics.get(topic)
 
