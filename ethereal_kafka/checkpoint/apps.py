@@ -15,7 +15,8 @@ Both live beside the app's checkpoint history, in `<cache>/apps/<app.id>/`:
   `replay` for as long as it changes anything. The kernel releases a lock when its process ends, SIGKILL
   included, so a crashed job never leaves a stale lock; a pid or a heartbeat file could not promise that.
 * `replay.lock` — held by `replay` too, so that a starting instance that finds `run.lock` taken can tell a replay
-  (wait for it) from a running instance (refuse, or take over).
+  (wait for it) from a running instance (refuse, or take over); and alone by a live savepoint (`replay_lock`) while
+  it reads the running instance's checkpoint, so that no replay moves the checkpoint away under it.
 
 The locks only see processes on this host (and hosts sharing this cache directory over a file system with working
 `flock`). Other hosts are covered by the owner claim in Kafka and its heartbeat (`eos.ownership`).
@@ -250,6 +251,27 @@ def exclusive_run_lock(app_id: str) -> Iterator[None]:
     finally:
         handle.close()
         replay.close()
+
+
+@contextlib.contextmanager
+def replay_lock(app_id: str) -> Iterator[None]:
+    """Hold the app's replay lock for the `with` block (no replay or savepoint restore changes the app meanwhile;
+    instances starting wait), while an instance may hold the run lock; fail at once when a replay holds it.
+
+    Raises:
+        AppRunningError: a replay of the app holds the lock.
+    """
+    handle = _open_lock(app_id, REPLAY_LOCK_FILE)
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise AppRunningError(
+                f"app {app_id}: a replay changes it on this host; try again after it"
+            ) from None
+        yield
+    finally:
+        handle.close()
 
 
 def _who(app_id: str) -> str:

@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.checkpoint.apps import exclusive_run_lock, read_run_record
@@ -65,6 +66,11 @@ def register(sub: Any) -> None:
         help="replay the range once into TOPIC (the app's offsets, markers and checkpoint stay untouched)",
     )
     parser.add_argument(
+        "--dlq-into",
+        metavar="TOPIC",
+        help="with --into, for a job with a dead-letter topic: the topic the replay's dead letters go to",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="reset even though the app was last claimed by an instance that did not start on this host",
@@ -76,10 +82,12 @@ def run(args: argparse.Namespace) -> int:
     """Plan, show, confirm and apply a replay (or run it into `--into`); see the module docstring.
 
     Raises:
-        ReplayError: a bad `--from`, an offset out of range, no confirmation, or a bad `--into` topic.
+        ReplayError: a bad `--from`, an offset out of range, no confirmation, a bad `--into` or `--dlq-into` topic.
         AppRunningError: an instance of the app is (or may be) running.
         AppNotFoundError, ConfigError, KafkaConnectionError: as the message says.
     """
+    if args.dlq_into and not args.into:
+        raise ReplayError("--dlq-into names where a replay --into TOPIC sends its dead letters; add --into")
     start = dataclasses.replace(
         ReplayStart.parse(args.start), allow_non_restored=args.allow_non_restored_state
     )
@@ -91,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if warning is not None:
         print(warning)
     if args.into:
-        return _into(app, plan, args.into, args.dry_run)
+        return _into(app, plan, args.into, args.dlq_into, args.dry_run)
     root = checkpoint_dir(app.checkpoint_root)
     if args.dry_run:
         if has_checkpoint(root):
@@ -214,13 +222,15 @@ def _confirm(app_id: str, yes: bool) -> None:
         raise ReplayError("replay cancelled; nothing changed")
 
 
-def _into(app: AppJob, plan: ReplayPlan, topic: str, dry_run: bool) -> int:
+def _into(app: AppJob, plan: ReplayPlan, topic: str, dlq_topic: str | None, dry_run: bool) -> int:
+    from ethereal_kafka.runtime.replay_into import into_job, replay_into
+
     if dry_run:
+        into_job(app.loaded, plan.starts(), topic, "dry-run", Path("unused"), dlq_topic)  # its refusals
         print(f"dry run: would replay these ranges into {topic}; nothing changed")
         return 0
-    from ethereal_kafka.runtime.replay_into import replay_into
 
-    outcome = replay_into(app.loaded, plan.starts(), topic)
+    outcome = replay_into(app.loaded, plan.starts(), topic, dlq_topic)
     records = "?" if outcome.records < 0 else str(outcome.records)
     print(
         f"replayed into {topic}: {records} record(s) in {outcome.epochs} epoch(s) under app id "

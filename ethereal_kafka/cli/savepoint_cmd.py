@@ -1,8 +1,9 @@
-"""`ethereal-kafka savepoint APP [--stop] [--into DIR]` and `ethereal-kafka savepoints APP`: take a savepoint of a
-stopped app (its position and operator state, in an open format: `checkpoint.savepoints`, `runtime.savepoint`), and
-list them. `--stop` first stops the running instance (Flink's stop-with-savepoint): it is asked to hand over, as
-`run --takeover` asks, and stops between epochs, every epoch that started writing committed; the savepoint is then
-taken of the position it stopped at.
+"""`ethereal-kafka savepoint APP [--stop] [--into DIR]` and `ethereal-kafka savepoints APP`: take a savepoint of an
+app (its position and operator state, in an open format: `checkpoint.savepoints`, `runtime.savepoint`), and list
+them. Of an app running on this host, the savepoint is taken of each query's last committed epoch while the
+instance goes on (a live savepoint). `--stop` first stops the running instance (Flink's stop-with-savepoint): it is
+asked to hand over, as `run --takeover` asks, and stops between epochs, every epoch that started writing committed;
+the savepoint is then taken of the position it stopped at.
 
 A savepoint is restored with `ethereal-kafka run JOB --from-savepoint PATH` (or `replay APP --from
 savepoint:PATH`, then `run`): the app is reset to the savepoint's offsets and the new version's operators start
@@ -12,11 +13,13 @@ with the state of the same uid.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
-from ethereal_kafka.checkpoint.apps import exclusive_run_lock
+from ethereal_kafka.checkpoint.apps import exclusive_run_lock, replay_lock
+from ethereal_kafka.checkpoint.errors import AppRunningError
 from ethereal_kafka.checkpoint.savepoints import (
     Manifest,
     SavepointError,
@@ -32,7 +35,8 @@ LIST_COLUMNS = ("SAVEPOINT", "CREATED", "EPOCHS", "OPERATORS", "ROWS")
 def register(sub: Any) -> None:
     """Add the `savepoint` and `savepoints` sub-commands."""
     take = sub.add_parser(
-        "savepoint", help="take a savepoint of a stopped app: its offsets and operator state"
+        "savepoint",
+        help="take a savepoint of an app (running on this host or stopped): its offsets and operator state",
     )
     add_app_arguments(take)
     take.add_argument(
@@ -89,11 +93,13 @@ def location(app: AppJob, into: str | None) -> Path:
 
 
 def run_take(args: argparse.Namespace) -> int:
-    """Take the savepoint while holding the app's run lock (no instance starts meanwhile).
+    """Take the savepoint of a stopped app while holding its run lock (no instance starts meanwhile), or of the
+    instance running on this host (it holds the run lock) while holding the replay lock (no replay moves the
+    checkpoint away meanwhile).
 
     Raises:
         SavepointError: see `runtime.savepoint.take_savepoint`, or no version of the app committed an epoch.
-        AppRunningError: an instance of the app is (or may be) running.
+        AppRunningError: an instance of the app is (or may be) running on another host, or a replay runs.
     """
     from ethereal_kafka.cli.replay_cmd import check_claim
     from ethereal_kafka.cli.validate_cmd import planning_session
@@ -109,10 +115,25 @@ def run_take(args: argparse.Namespace) -> int:
         raise SavepointError(
             f"app {app.app_id}: no run that committed an epoch is recorded on this host ({where})"
         )
-    with exclusive_run_lock(app.app_id):
-        check_claim(app, args.force)
+    with contextlib.ExitStack() as held:
+        live = False
+        try:
+            held.enter_context(exclusive_run_lock(app.app_id))
+        except AppRunningError:
+            if args.stop:
+                raise
+            held.enter_context(replay_lock(app.app_id))
+            live = True
+            print(f"app {app.app_id} runs on this host: a savepoint of its last committed epochs; it goes on")
+        if not live:
+            check_claim(app, args.force)
         path = take_savepoint(
-            planning_session(), app.loaded, described.plan, location(app, args.into), app.sources
+            planning_session(),
+            app.loaded,
+            described.plan,
+            location(app, args.into),
+            app.sources,
+            live=live,
         )
     print(f"savepoint of app {app.app_id}: {path}")
     print(_summary(read_manifest(path)))
@@ -128,7 +149,6 @@ def stop_running(app: AppJob, timeout_s: float) -> None:
     """
     import uuid
 
-    from ethereal_kafka.checkpoint.errors import AppRunningError
     from ethereal_kafka.eos.ownership import describe, read_claim, request_takeover
 
     sink = app.sink

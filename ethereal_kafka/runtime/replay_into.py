@@ -4,7 +4,9 @@ another topic, without touching the app.
 The pipeline runs under a throwaway app id `{app}.replay-<UTC time>` (its own transactional ids, consumer group,
 progress topic and owner claim) with a temporary Spark checkpoint, from the replay positions up to the end offsets
 at start (`availableNow`), writing every sink's rows to TOPIC with the job's delivery guarantee. The app's own
-group, markers, checkpoint and sink topics are never written. Afterwards the temporary checkpoint, the throwaway
+group, markers, checkpoint, sink topics and dead-letter topics are never written: a job with a dead-letter topic
+(a source's `dlq.topic`, `user.error.dlq.topic`) names one for the replay's dead letters (`--dlq-into`), else the
+replay is refused (its dead letters would repeat in production's). Afterwards the temporary checkpoint, the throwaway
 app's local state, progress topic and groups are removed (best effort: a leftover is named in the outcome).
 """
 
@@ -51,55 +53,111 @@ class IntoOutcome:
     leftovers: tuple[str, ...]
 
 
+def dead_letter_topics(loaded: LoadedJob) -> tuple[str, ...]:
+    """The job's dead-letter topics: its sources' `dlq.topic` and its `user.error.dlq.topic`, sorted."""
+    found = {conf.dlq_topic for conf in loaded.sources.values() if conf.dlq_topic}
+    if loaded.job.user_error_dlq_topic:
+        found.add(loaded.job.user_error_dlq_topic)
+    return tuple(sorted(found))
+
+
 def into_job(
-    loaded: LoadedJob, starts: Mapping[str, str], topic: str, replay_app_id: str, root: Path
+    loaded: LoadedJob,
+    starts: Mapping[str, str],
+    topic: str,
+    replay_app_id: str,
+    root: Path,
+    dlq_topic: str | None = None,
 ) -> LoadedJob:
     """`loaded` rewritten for a replay into `topic`: new app id and checkpoint, every source in the throwaway
-    app's group starting at `starts[name]`, every sink writing `topic`; `replay.from` dropped.
+    app's group starting at `starts[name]`, every sink writing `topic`, every dead letter (a source's, a user
+    function's) going to `dlq_topic`; `replay.from` dropped.
 
     Raises:
-        ReplayError: `topic` is one of the job's input or output topics (a loop, or duplicates in its output).
+        ReplayError: `topic` or `dlq_topic` is one of the job's input, output or dead-letter topics (a loop, or
+            duplicates in production's), both are the same topic, the job has a dead-letter topic and `dlq_topic`
+            is None, or it has none and `dlq_topic` is given.
     """
-    reads = any(
-        topic in s.topics or (s.topic_pattern is not None and re.fullmatch(s.topic_pattern, topic))
-        for s in loaded.sources.values()
-    )
-    writes = any(s.topic == topic for s in loaded.sinks.values())
-    if reads or writes:
-        role = "input" if reads else "output"
+    dead = dead_letter_topics(loaded)
+    if dead and dlq_topic is None:
         raise ReplayError(
-            f"--into {topic}: that is an {role} topic of app {loaded.job.app_id}; name another topic"
+            f"app {loaded.job.app_id} sends dead letters to {', '.join(dead)}; a replay into {topic} would add "
+            "its own to them: name a topic for the replay's dead letters with --dlq-into TOPIC"
         )
+    if not dead and dlq_topic is not None:
+        raise ReplayError(
+            f"--dlq-into {dlq_topic}: app {loaded.job.app_id} has no dead-letter topic; leave --dlq-into out"
+        )
+    for flag, target in (("--into", topic), ("--dlq-into", dlq_topic)):
+        if target is None:
+            continue
+        role = _role(loaded, target, dead)
+        if role is not None:
+            raise ReplayError(
+                f"{flag} {target}: that is {role} of app {loaded.job.app_id}; name another topic"
+            )
+    if dlq_topic == topic:
+        raise ReplayError(f"--dlq-into {dlq_topic}: the same topic as --into; name another topic")
     job = dataclasses.replace(
-        loaded.job, app_id=replay_app_id, checkpoint_location=str(root), replay_from=None
+        loaded.job,
+        app_id=replay_app_id,
+        checkpoint_location=str(root),
+        replay_from=None,
+        user_error_dlq_topic=dlq_topic if loaded.job.user_error_dlq_topic else None,
     )
     sources = {
-        name: dataclasses.replace(conf, group_id=replay_app_id, starting_offsets=starts[name])
+        name: dataclasses.replace(
+            conf,
+            group_id=replay_app_id,
+            starting_offsets=starts[name],
+            dlq_topic=dlq_topic if conf.dlq_topic else None,
+        )
         for name, conf in loaded.sources.items()
     }
     sinks = {name: dataclasses.replace(conf, topic=topic) for name, conf in loaded.sinks.items()}
     return LoadedJob(loaded.path, job, sources, sinks, loaded.tables, loaded.files)
 
 
-def replay_into(loaded: LoadedJob, starts: Mapping[str, str], topic: str) -> IntoOutcome:
+def _role(loaded: LoadedJob, topic: str, dead: tuple[str, ...]) -> str | None:
+    """What `topic` is to the job ("an input topic", ...), or None when it is none of its topics."""
+    if any(
+        topic in s.topics or (s.topic_pattern is not None and re.fullmatch(s.topic_pattern, topic))
+        for s in loaded.sources.values()
+    ):
+        return "an input topic"
+    if any(s.topic == topic for s in loaded.sinks.values()):
+        return "an output topic"
+    if topic in dead:
+        return "a dead-letter topic"
+    return None
+
+
+def replay_into(
+    loaded: LoadedJob, starts: Mapping[str, str], topic: str, dlq_topic: str | None = None
+) -> IntoOutcome:
     """Run `loaded`'s pipeline over `[starts, end now)` into `topic` and return when it is all committed.
 
     Args:
         loaded: The job as its file defines it.
         starts: Per source name, the start positions (`ReplayPlan.starts()`).
         topic: The target topic; it must exist (its partition count decides the output partitioning).
+        dlq_topic: The topic for the replay's dead letters; it must exist, and be given when the job has a
+            dead-letter topic (`into_job`).
 
     Raises:
-        ReplayError: `topic` does not exist, or is one of the job's own topics.
+        ReplayError: `topic` or `dlq_topic` does not exist, or is refused by `into_job`.
         EtherealKafkaError: whatever a run of the job raises (configuration, Kafka, Spark).
     """
     sink = next(iter(loaded.sinks.values()))
     admin = admin_client(sink.bootstrap_servers, sink.passthrough)
-    if topic not in cluster_metadata(admin, sink.bootstrap_servers).topics:
-        raise ReplayError(f"--into {topic}: no such topic on {sink.bootstrap_servers}; create it first")
     replay_app = f"{loaded.job.app_id}.replay-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    into_job(loaded, starts, topic, replay_app, Path("unused"), dlq_topic)  # refusals before the broker's
+    existing = cluster_metadata(admin, sink.bootstrap_servers).topics
+    for flag, target in (("--into", topic), ("--dlq-into", dlq_topic)):
+        if target is not None and target not in existing:
+            raise ReplayError(f"{flag} {target}: no such topic on {sink.bootstrap_servers}; create it first")
     with tempfile.TemporaryDirectory(prefix="ethereal-kafka-replay-") as tmp:
-        job = into_job(loaded, starts, topic, replay_app, Path(tmp) / "checkpoint")
+        job = into_job(loaded, starts, topic, replay_app, Path(tmp) / "checkpoint", dlq_topic)
         run_once(job)
     records, epochs = committed_totals(replay_app)
     return IntoOutcome(replay_app, topic, records, epochs, clean_up(job))

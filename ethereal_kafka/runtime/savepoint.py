@@ -1,14 +1,21 @@
-"""Taking a savepoint of a stopped app, and checking what a new version restores from one
+"""Taking a savepoint of a stopped or running app, and checking what a new version restores from one
 (`checkpoint.savepoints` holds the format).
 
-Taking (`take_savepoint`; the caller holds the app's run lock and has checked that no instance runs anywhere): for
-each query of the version the checkpoint holds (`runtime.description.RESUMABLE_FILE`), the last epoch Spark
-committed, the end offsets and watermark that epoch ran with, and each stateful operator's state as of that epoch,
-read with Spark's state data source (`statestore`, `state-metadata`) over every partition, so the table does not
-depend on the shuffle partition count. The savepoint is refused when Kafka is ahead of that epoch: an epoch marker
-of the query's checkpoint on its sources' groups or its progress group names a later epoch (an epoch a crash cut in
-the middle of its commit, or a checkpoint that lost or never synced files). An epoch Spark logged and did not
-commit whose output Kafka does not hold (a stop ended it) is left out.
+Taking (`take_savepoint`): for each query of the version the checkpoint holds (`runtime.description.RESUMABLE_FILE`),
+the last epoch Spark committed, the end offsets and watermark that epoch ran with, and each stateful operator's
+state as of that epoch, read with Spark's state data source (`statestore`, `state-metadata`) over every partition,
+so the table does not depend on the shuffle partition count.
+
+* Of a stopped app (the caller holds the app's run lock and has checked that no instance runs anywhere): the
+  savepoint is refused when Kafka is ahead of that epoch: an epoch marker of the query's checkpoint on its sources'
+  groups or its progress group names a later epoch (an epoch a crash cut in the middle of its commit, or a
+  checkpoint that lost or never synced files). An epoch Spark logged and did not commit whose output Kafka does not
+  hold (a stop ended it) is left out. The output ends are the sink topics' high watermarks.
+* Of a running app (`live`: the instance on this host holds the run lock and goes on): Kafka is ahead by design (the
+  instance commits later epochs meanwhile). Spark writes a batch's commit only after its sink committed the epoch's
+  transactions, and the state and logs of a committed epoch are never rewritten (Spark keeps the last
+  `spark.sql.streaming.minBatchesToRetain` of them), so the epoch read is whole. The output ends are the ones the
+  history recorded right after that epoch committed (`EpochRecord.output_ends`).
 
 What this version covers, refused in one line otherwise: framework operators on Spark's transformWithState (keyed
 process functions, connected keyed process functions, rolling aggregates, windows, the framework's joins, broadcast
@@ -77,9 +84,11 @@ def take_savepoint(
     location: Path,
     sources: Mapping[str, KafkaSourceConfig],
     now_ms: int | None = None,
+    live: bool = False,
 ) -> Path:
-    """Take a savepoint of the stopped app `loaded` whose checkpoint holds the version described by `plan`, into a
-    new folder under `location`; returns it. `sources`: the job's sources with the groups its queries commit to.
+    """Take a savepoint of the app `loaded` whose checkpoint holds the version described by `plan`, into a new
+    folder under `location`; returns it. `sources`: the job's sources with the groups its queries commit to.
+    `live`: an instance of the app runs on this host (see the module docstring), else it is stopped.
 
     Raises:
         SavepointError: Kafka holds output of an epoch Spark did not commit, a query never committed one, keeps
@@ -102,7 +111,7 @@ def take_savepoint(
         epoch = last_committed(folder)
         if epoch is None:
             raise SavepointError(f"query {name}: no epoch committed yet; nothing to take a savepoint of")
-        ahead = _kafka_epoch(job.app_id, name, folder, sources, loaded)
+        ahead = None if live else _kafka_epoch(job.app_id, name, folder, sources, loaded)
         if ahead is not None and ahead[0] > epoch:
             raise SavepointError(
                 f"query {name}: Kafka holds output of epoch {ahead[0]} ({ahead[1]}), which Spark's checkpoint "
@@ -149,9 +158,28 @@ def take_savepoint(
         str(loaded.path),
         tuple(positions),
         tuple(operators),
-        _output_ends(loaded),
+        _history_output_ends(job.app_id, positions) if live else _output_ends(loaded),
     )
     return seal(scratch, manifest)
+
+
+def _history_output_ends(app_id: str, positions: Sequence[QueryPosition]) -> dict[str, dict[str, int]]:
+    """The output ends the history recorded when each query's epoch of `positions` committed, merged over the
+    queries; a topic two queries write is left out (it has no cut between their epochs), as is a query's topic
+    whose epoch has no record (the shadow of such a savepoint is refused, naming the query)."""
+    from ethereal_kafka.checkpoint.history import HistoryLog
+
+    wanted = {(p.name, p.checkpoint_id, p.epoch) for p in positions}
+    found: dict[str, dict[str, int]] = {}
+    writers: dict[str, int] = {}
+    for record in HistoryLog(app_id).records():
+        if record.outcome != "committed" or (record.query, record.checkpoint_id, record.epoch) not in wanted:
+            continue
+        wanted.discard((record.query, record.checkpoint_id, record.epoch))
+        for topic, parts in record.output_ends.items():
+            writers[topic] = writers.get(topic, 0) + 1
+            found[topic] = {str(p): int(o) for p, o in parts.items()}
+    return {topic: parts for topic, parts in found.items() if writers[topic] == 1}
 
 
 def _output_ends(loaded: LoadedJob) -> dict[str, dict[str, int]]:

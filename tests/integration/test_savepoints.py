@@ -92,7 +92,13 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
         len(read_json(bs, topic)) < EVENTS // 2 for topic in stopped.values()
     ):
         time.sleep(0.5)
+    # A live savepoint: the job goes on. The input is quiet, so it holds what the stop's savepoint holds below.
     capsys.readouterr()
+    assert main(["savepoint", "--job", str(job.path)]) == 0
+    out = capsys.readouterr().out
+    assert "runs on this host: a savepoint of its last committed epochs; it goes on" in out
+    assert not running.done(), "a savepoint without --stop stopped the job"
+    live = Path(_taken(out))
     assert main(["savepoint", "--stop", "--job", str(job.path)]) == 0
     out = capsys.readouterr().out
     assert "to stop between epochs" in out
@@ -100,9 +106,12 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     assert report is not None and report.how == "graceful" and "savepoint-" in (report.taken_over_by or ""), (
         report
     )
-    taken = re.search(r"^savepoint of app \S+: (\S+)$", out, re.M)
-    assert taken is not None
-    folder = Path(taken.group(1))
+    folder = Path(_taken(out))
+    assert read_manifest(live).offsets() == read_manifest(folder).offsets() == [(source, 0, EVENTS // 2)]
+    assert _tables(live) == _tables(folder), "the live savepoint's state differs from the stopped job's"
+    # its output ends come from the history of its epochs, the stopped one's from the topics: the same here
+    assert read_manifest(live).output_ends == read_manifest(folder).output_ends
+    assert set(read_manifest(live).output_ends) == set(stopped.values())
 
     # A checkpoint behind Kafka (its last epoch's log files lost): Kafka holds output of an epoch the savepoint would
     # have the restored run write again, so it is refused.
@@ -120,13 +129,13 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     location = Path(f"{job.checkpoint}.savepoints")
     for step in ("table totals", "manifest"):
         _kill_savepoint_after(job.path, step, tmp_path / f"kill-{step.split()[0]}")
-        assert [p for p, _ in list_savepoints(location)] == [folder], (
+        assert [p for p, _ in list_savepoints(location)] == [live, folder], (
             f"a savepoint killed after {step!r} is listed"
         )
-        assert sorted(p.name.startswith(".sp-") for p in location.iterdir()) == [False, True]
+        assert sorted(p.name.startswith(".sp-") for p in location.iterdir()) == [False, False, True]
     assert main(["savepoint", "--job", str(job.path)]) == 0
     again = read_manifest(Path(capsys.readouterr().out.split(": ", 1)[1].splitlines()[0]))
-    assert len(list(location.iterdir())) == 2 and len(list_savepoints(location)) == 2
+    assert len(list(location.iterdir())) == 3 and len(list_savepoints(location)) == 3
     manifest = read_manifest(folder)
     assert again.offsets() == manifest.offsets(), "two savepoints of a stopped app differ"
     # three epochs of data each; the processing-time query `kinds` may have run empty ones after them
@@ -223,6 +232,24 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     assert {u: [json.loads(r)["amount"] for r in rs] for u, rs in counts.items()} == {
         u: list(range(1, n + 1)) for u, n in counted.items() if n
     }, "the added operator did not start empty"
+
+
+def _taken(out: str) -> str:
+    """The folder a `savepoint` command's output names."""
+    taken = re.search(r"^savepoint of app \S+: (\S+)$", out, re.M)
+    assert taken is not None, out
+    return taken.group(1)
+
+
+def _tables(folder: Path) -> dict[str, list[str]]:
+    """Per operator uid of the savepoint at `folder`, its state rows (as text, sorted)."""
+    import pyarrow.parquet as pq
+
+    manifest = read_manifest(folder)
+    return {
+        op.uid: sorted(repr(row) for row in pq.read_table(folder / op.folder).to_pylist())
+        for op in manifest.operators
+    }
 
 
 def _cli_process(args: list[str], env: dict[str, str], folder: Path) -> subprocess.Popen[bytes]:

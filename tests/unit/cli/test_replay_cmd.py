@@ -114,3 +114,56 @@ def test_into_the_jobs_own_topics_is_refused(tmp_path: Path, topic: str, role: s
     loaded = load_job(_job(tmp_path))
     with pytest.raises(ReplayError, match=f"that is an {role} topic of app shop"):
         into_job(loaded, {"events": "orders:0:5"}, topic, "shop.replay-x", tmp_path / "tmp")
+
+
+def _dead_letter_job(folder: Path, user_errors: bool) -> Path:
+    job = _job(folder)
+    with (folder / "src.properties").open("a") as source:
+        source.write("value.format=json\nvalue.schema=id bigint\non.error=dlq\ndlq.topic=orders.dead\n")
+    if user_errors:
+        with job.open("a") as lines:
+            lines.write("on.user.error=dlq\nuser.error.dlq.topic=shop.errors\n")
+    return job
+
+
+@pytest.mark.parametrize("user_errors", [False, True])
+def test_a_replays_dead_letters_go_to_its_own_topic_never_productions(
+    tmp_path: Path, user_errors: bool
+) -> None:
+    loaded = load_job(_dead_letter_job(tmp_path, user_errors))
+    out = into_job(loaded, {"events": "orders:0:5"}, "copy", "shop.replay-x", tmp_path / "tmp", "copy.dead")
+    assert out.sources["events"].dlq_topic == "copy.dead"
+    assert out.job.user_error_dlq_topic == ("copy.dead" if user_errors else None)
+    assert loaded.sources["events"].dlq_topic == "orders.dead", "the loaded job itself is unchanged"
+
+
+def test_a_replay_of_a_job_with_dead_letters_needs_a_topic_for_them(tmp_path: Path) -> None:
+    loaded = load_job(_dead_letter_job(tmp_path, user_errors=True))
+    with pytest.raises(
+        ReplayError, match=r"sends dead letters to orders\.dead, shop\.errors; .* --dlq-into TOPIC"
+    ):
+        into_job(loaded, {"events": "orders:0:5"}, "copy", "shop.replay-x", tmp_path / "tmp")
+
+
+@pytest.mark.parametrize(
+    ("dlq", "message"),
+    [
+        ("orders.dead", "that is a dead-letter topic of app shop"),
+        ("shop.errors", "that is a dead-letter topic of app shop"),
+        ("totals", "that is an output topic of app shop"),
+        ("orders", "that is an input topic of app shop"),
+        ("copy", "the same topic as --into"),
+    ],
+)
+def test_a_replays_dead_letter_topic_is_none_of_the_jobs_own(tmp_path: Path, dlq: str, message: str) -> None:
+    loaded = load_job(_dead_letter_job(tmp_path, user_errors=True))
+    with pytest.raises(ReplayError, match=rf"--dlq-into {dlq}: .*{message}"):
+        into_job(loaded, {"events": "orders:0:5"}, "copy", "shop.replay-x", tmp_path / "tmp", dlq)
+
+
+def test_dlq_into_without_dead_letters_or_into_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ReplayError, match="has no dead-letter topic; leave --dlq-into out"):
+        into_job(load_job(_job(tmp_path)), {"events": "orders:0:5"}, "copy", "shop.replay-x", tmp_path, "d")
+    args = build_parser().parse_args(["replay", "shop", "--from", "earliest", "--dlq-into", "d"])
+    with pytest.raises(ReplayError, match="add --into"):
+        args.handler(args)
