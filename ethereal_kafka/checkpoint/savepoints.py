@@ -1,5 +1,5 @@
-"""Savepoints on disk: a self-contained, versioned copy of a stopped app's position and operator state, and the
-rules that make one whole or absent.
+"""Savepoints on disk: a self-contained, versioned copy of an app's position (per query) and operator state, and
+the rules that make one whole or absent.
 
 A savepoint is a folder `sp-<UTC time>-<8 hex>` under the job's savepoint location (`<checkpoint.location>.savepoints`
 unless `savepoint.location` says otherwise; outside the checkpoint root, which a replay or restore moves aside):
@@ -156,12 +156,27 @@ class Manifest:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SavepointError(f"{where}: malformed savepoint manifest ({exc})") from exc
 
+    def agreed_offsets(self) -> tuple[list[tuple[str, int, int]], dict[str, list[tuple[str, int, int]]]]:
+        """Every input partition's offset where the queries that read it agree, `(topic, partition, offset)`, sorted,
+        each once; and, when some partition is read up to different offsets by two queries, every query's own
+        offsets (`{query: [(topic, partition, offset), ...]}`, else empty): a restore starts each query where it
+        stood."""
+        found: dict[tuple[str, int], set[int]] = {}
+        for query in self.queries:
+            for topic, partition, offset in query.offsets:
+                found.setdefault((str(topic), int(partition)), set()).add(int(offset))
+        agreed = sorted((t, p, next(iter(o))) for (t, p), o in found.items() if len(o) == 1)
+        if len(agreed) == len(found):
+            return agreed, {}
+        own = {q.name: sorted((str(t), int(p), int(o)) for t, p, o in q.offsets) for q in self.queries}
+        return agreed, own
+
     def offsets(self) -> list[tuple[str, int, int]]:
-        """Every input partition's offset, `(topic, partition, offset)`, sorted, each once.
+        """Every input partition's offset, `(topic, partition, offset)`, sorted, each once, for a reader that needs
+        one position per partition (a restore starts each query where it stood: `agreed_offsets`).
 
         Raises:
-            SavepointError: two queries read a partition up to different offsets (a restore could not start
-                both from one position).
+            SavepointError: two queries read a partition up to different offsets.
         """
         found: dict[tuple[str, int], int] = {}
         for query in self.queries:
@@ -170,9 +185,8 @@ class Manifest:
                 if found.setdefault(key, int(offset)) != int(offset):
                     raise SavepointError(
                         f"savepoint {self.savepoint_id}: queries read {topic}:{partition} up to different offsets "
-                        f"({found[key]} and {offset}), and a restore starts every query of a partition at one "
-                        "offset; take the savepoint once the queries have read the same input (e.g. with "
-                        "`savepoint --stop` after the input paused)"
+                        f"({found[key]} and {offset}); take the savepoint once the queries have read the same "
+                        "input (e.g. with `savepoint --stop` after the input paused)"
                     )
         return sorted((t, p, o) for (t, p), o in found.items())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Sequence
 from typing import ClassVar
@@ -103,6 +104,12 @@ class KafkaSourceConfig(SerdeSettings):
         doc="set by `ethereal-kafka shadow`: topic:partition:offset,... where the source stops (exclusive); a "
         "partition not named reads nothing",
     )
+    group_starting_offsets: str | None = setting(
+        None,
+        key="restore.starts.by.group",
+        doc="set by the job runner for a restore whose queries stood at different offsets of a partition: JSON "
+        "{consumer group: starting.offsets}, each query (its own group) starting where it stood",
+    )
     group_offsets_reset: str = setting(
         "earliest",
         key="group.offsets.reset",
@@ -197,6 +204,26 @@ class KafkaSourceConfig(SerdeSettings):
         if self.key_format == "string" or (self.key_format == "bytes" and not value_decoded):
             wanted.add("key")
         return [c for c in columns if c in wanted or c not in METADATA_COLUMNS]
+
+    def starting_offsets_of_group(self) -> str:
+        """Where a query reading this source with a fresh checkpoint starts: its group's entry of
+        `restore.starts.by.group` when that is set, else `starting.offsets`.
+
+        Raises:
+            ConfigError: `restore.starts.by.group` is set and does not name this source's group (a query the restored
+                savepoint does not hold reads a partition its queries read up to different offsets).
+        """
+        if self.group_starting_offsets is None:
+            return self.starting_offsets
+        starts = json.loads(self.group_starting_offsets)
+        if self.group not in starts:
+            raise ConfigError(
+                f"source {self.name}, consumer group {self.group}: the restored savepoint's queries read this source "
+                f"up to different offsets, each starts where it stood ({', '.join(sorted(starts))}), and no query "
+                "of the savepoint read it with this group (a query renamed or added); keep the query names, or take "
+                "the savepoint once the queries read the same input"
+            )
+        return str(starts[self.group])
 
     def ends(self) -> dict[tuple[str, int], int] | None:
         """`ending.offsets` as `{(topic, partition): offset}`; None when the source is not bounded."""

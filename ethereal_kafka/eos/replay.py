@@ -11,8 +11,9 @@ and has checked the owner claim (`check_stopped`). Applying does, in this order:
 1. move the checkpoint root aside (`<root>` → `<root>.before-replay-<UTC time>`: one atomic rename that takes every
    query's Spark checkpoint and the sources' pinned initial offsets with it; nothing is deleted);
 2. write the *replay intent* `<root>/ethereal-replay.json`: the new start positions per source;
-3. commit the new positions to each source's consumer group with a `ReplayMarker` as metadata, replacing the epoch
-   markers of the old checkpoint on every input partition;
+3. commit the new positions to each source's consumer group (each query's own group, for a source several queries
+   read) with a `ReplayMarker` as metadata, replacing the epoch markers of the old checkpoint on every input
+   partition;
 4. delete the progress groups of the app's shuffling queries (their markers name the old checkpoint);
 5. release the replay's claim, so the next run starts without a takeover.
 
@@ -69,7 +70,8 @@ _ITEM = re.compile(r"^([A-Za-z0-9._-]+):(\d+):(\d+)$")
 class ReplayStart:
     """Where a replay starts: `earliest`, `timestamp:<ms>`, explicit `topic:partition:offset,...`, or
     `savepoint:<folder>` (the savepoint's offsets, and its operators' state restored by the next run:
-    `checkpoint.savepoints`).
+    `checkpoint.savepoints`). A savepoint whose queries read a partition up to different offsets starts each query's
+    own consumer group where that query stood (`by_query`, `given_for`).
 
     With explicit offsets, partitions not named keep their committed offset.
     """
@@ -79,6 +81,28 @@ class ReplayStart:
     offsets: tuple[tuple[str, int, int], ...] = ()
     savepoint: str | None = None
     allow_non_restored: bool = False
+    by_query: tuple[tuple[str, tuple[tuple[str, int, int], ...]], ...] = ()
+
+    def given_for(self, group: str) -> dict[tuple[str, int], int]:
+        """The offsets given to a source entry committing to consumer group `group`: `offsets`, and with a
+        savepoint whose queries read a partition up to different offsets (`by_query`), the offsets of the query
+        whose own group `group` is (`<group>.<query>`, `plan.sink_groups`; the longest name that fits)."""
+        given = {(t, p): o for t, p, o in self.offsets}
+        fits = [(len(name), name, own) for name, own in self.by_query if group.endswith(f".{name}")]
+        if fits:
+            given.update({(t, p): o for t, p, o in max(fits)[2]})
+        return given
+
+    def disputed(self) -> dict[tuple[str, int], list[str]]:
+        """With a savepoint whose queries read a partition up to different offsets: those partitions, each with
+        the queries that read it; else empty."""
+        agreed = {(t, p) for t, p, _ in self.offsets}
+        found: dict[tuple[str, int], list[str]] = {}
+        for name, own in self.by_query:
+            for t, p, _ in own:
+                if (t, p) not in agreed:
+                    found.setdefault((t, p), []).append(name)
+        return found
 
     @classmethod
     def parse(cls, text: str) -> ReplayStart:
@@ -102,10 +126,11 @@ class ReplayStart:
 
             folder = Path(value.removeprefix("savepoint:")).absolute()
             try:
-                offsets = read_manifest(folder).offsets()
+                agreed, own = read_manifest(folder).agreed_offsets()
             except SavepointError as exc:
                 raise ReplayError(f"--from {text!r}: {exc}") from exc
-            return cls("savepoint", offsets=tuple(offsets), savepoint=str(folder))
+            by_query = tuple((name, tuple(items)) for name, items in sorted(own.items()))
+            return cls("savepoint", offsets=tuple(agreed), savepoint=str(folder), by_query=by_query)
         items = []
         for part in value.split(","):
             match = _ITEM.match(part.strip())
@@ -160,13 +185,63 @@ class ReplayPlan:
     resets: tuple[PartitionReset, ...]
 
     def starts(self) -> dict[str, str]:
-        """Per source name, its new positions as a `starting.offsets` value (`topic:partition:offset,...`)."""
-        out: dict[str, list[str]] = {}
+        """Per source name, its new positions as a `starting.offsets` value (`topic:partition:offset,...`). A
+        partition whose groups start at different offsets is left out (`group_starts` has them, and governs each
+        group; a source left with none says `group-offsets`, which no group of it then reads)."""
+        return {
+            name: ",".join(f"{t}:{p}:{next(iter(o))}" for (t, p), o in by_tp.items() if len(o) == 1)
+            or "group-offsets"
+            for name, by_tp in self._news().items()
+        }
+
+    def group_starts(self) -> dict[str, dict[str, str]]:
+        """Per source whose consumer groups start a partition at different offsets (a savepoint of queries that
+        stood apart), each group's positions as a `starting.offsets` value; empty otherwise."""
+        split = {name for name, by_tp in self._news().items() if any(len(o) > 1 for o in by_tp.values())}
+        specs: dict[str, dict[str, list[str]]] = {}
         for r in self.resets:
-            item = f"{r.topic}:{r.partition}:{r.new}"
-            if item not in out.setdefault(r.source, []):  # one source read by several queries: one entry each
-                out[r.source].append(item)
-        return {name: ",".join(items) for name, items in out.items()}
+            if r.source in split:
+                specs.setdefault(r.source, {}).setdefault(r.group, []).append(
+                    f"{r.topic}:{r.partition}:{r.new}"
+                )
+        return {
+            name: {g: ",".join(items) for g, items in groups.items()}
+            for name, groups in sorted(specs.items())
+        }
+
+    def _news(self) -> dict[str, dict[tuple[str, int], set[int]]]:
+        """Per source, per partition, the new offsets its entries (one per consumer group) start at."""
+        news: dict[str, dict[tuple[str, int], set[int]]] = {}
+        for r in self.resets:
+            news.setdefault(r.source, {}).setdefault((r.topic, r.partition), set()).add(r.new)
+        return news
+
+
+def _savepoint_entries(
+    sources: Mapping[str, KafkaSourceConfig],
+    start: ReplayStart,
+    disputed: Mapping[tuple[str, int], Sequence[str]],
+) -> dict[str, KafkaSourceConfig]:
+    """`sources` (entries keyed `name` or `name@group`) with, for a source the savepoint's queries read up to
+    different offsets and that commits to its own group alone (an app that never ran this version: no run record
+    names its queries' groups), one entry per such query instead, with the group that query reads it with
+    (`<group>.<query>`, `plan.sink_groups`)."""
+    names = [name for name, _ in start.by_query]
+    by_source: dict[str, list[tuple[str, KafkaSourceConfig]]] = {}
+    for key, config in sources.items():
+        by_source.setdefault(config.name, []).append((key, config))
+    out: dict[str, KafkaSourceConfig] = {}
+    for name, entries in by_source.items():
+        base = entries[0][1]
+        queries = sorted({q for (topic, _), qs in disputed.items() if base.reads(topic) for q in qs})
+        own = any(config.group.endswith(f".{q}") for _, config in entries for q in names)
+        if len(queries) < 2 or own:
+            out.update(entries)
+            continue
+        for query in queries:
+            group = f"{base.group}.{query}"
+            out[f"{name}@{group}"] = dataclasses.replace(base, group_id=group)
+    return out
 
 
 def plan_replay(
@@ -186,8 +261,10 @@ def plan_replay(
         KafkaConnectionError: the cluster did not answer after bounded retries.
     """
     given = {(t, p): o for t, p, o in start.offsets}
+    disputed = start.disputed()
     resets: list[PartitionReset] = []
-    for source in sources.values():
+    for source in (_savepoint_entries(sources, start, disputed) if disputed else sources).values():
+        mine = start.given_for(source.group) if disputed else given
         rows = source_offsets(source, stable=stable)
         tps = [(r.topic, r.partition) for r in rows]
         at: dict[tuple[str, int], int] = {}
@@ -203,13 +280,19 @@ def plan_replay(
                 new = r.earliest
             elif start.kind == "timestamp":
                 new = at[tp]
-            elif tp in given:
-                new = given[tp]
+            elif tp in mine:
+                new = mine[tp]
                 if not r.earliest <= new <= r.end:
                     raise ReplayError(
                         f"offset {new} of {r.topic}:{r.partition} is outside the partition's retained range "
                         f"[{r.earliest}, {r.end}]"
                     )
+            elif tp in disputed:
+                raise ReplayError(
+                    f"the savepoint's queries {', '.join(disputed[tp])} read {r.topic}:{r.partition} up to different "
+                    f"offsets, and source {r.source}'s consumer group {r.group} is none of theirs; take the savepoint "
+                    "once the queries have read the same input (`savepoint --stop` after the input paused)"
+                )
             elif r.committed.offset is not None:
                 new = r.committed.offset
             else:
@@ -420,24 +503,26 @@ def _apply(
         "moved_checkpoint": str(moved) if moved else None,
         "savepoint": plan.start.savepoint,
         "allow_non_restored": plan.start.allow_non_restored,
+        "group_starts": plan.group_starts(),
     }
     partial = root / f"{INTENT_FILE}.partial"
     partial.write_text(json.dumps(body, indent=2, sort_keys=True), encoding="utf-8")
     os.replace(partial, intent)
     marker = ReplayMarker(plan.app_id, now).render()
-    for source in sources.values():
+    by_name = {config.name: config for config in sources.values()}
+    for name, group in dict.fromkeys((r.source, r.group) for r in plan.resets):
+        source = by_name[name]
         mine = [
             TopicPartition(r.topic, r.partition, r.new, marker)
             for r in plan.resets
-            if r.source == source.name
+            if (r.source, r.group) == (name, group)
         ]
-        if mine:
-            consumer = group_consumer(source.bootstrap_servers, source.group, source.passthrough)
-            with_retries(
-                f"offset reset of group {source.group}",
-                source.bootstrap_servers,
-                lambda c=consumer, o=mine: c.commit(offsets=o, asynchronous=False),  # type: ignore[misc]
-            )
+        consumer = group_consumer(source.bootstrap_servers, group, source.passthrough)
+        with_retries(
+            f"offset reset of group {group}",
+            source.bootstrap_servers,
+            lambda c=consumer, o=mine: c.commit(offsets=o, asynchronous=False),  # type: ignore[misc]
+        )
     deleted, warnings = _delete_groups(
         [progress_group(plan.app_id, q) for q in queries], bootstrap, passthrough
     )
@@ -466,8 +551,18 @@ def _delete_groups(
     return tuple(deleted), tuple(warnings)
 
 
-def take_replay_intent(checkpoint_root: str, app_id: str, fresh: bool) -> dict[str, str] | None:
-    """Called by the runner at start: the start positions a replay left for `app_id`, per source name, or None.
+@dataclass(frozen=True)
+class ReplayIntent:
+    """The start positions a replay left: per source name a `starting.offsets` value (`starts`), and per source
+    whose queries start a partition at different offsets, per consumer group (`group_starts`,
+    `ReplayPlan.group_starts`)."""
+
+    starts: Mapping[str, str]
+    group_starts: Mapping[str, Mapping[str, str]]
+
+
+def take_replay_intent(checkpoint_root: str, app_id: str, fresh: bool) -> ReplayIntent | None:
+    """Called by the runner at start: the start positions a replay left for `app_id`, or None.
 
     With a fresh checkpoint (no query has logged an epoch) the intent applies and stays in place, so a run that
     crashes before its first epoch applies it again. Once the checkpoint has progress the intent is retired (renamed
@@ -487,6 +582,10 @@ def take_replay_intent(checkpoint_root: str, app_id: str, fresh: bool) -> dict[s
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         starts = {str(name): str(spec) for name, spec in raw["starts"].items()}
+        group_starts = {
+            str(name): {str(group): str(spec) for group, spec in groups.items()}
+            for name, groups in raw.get("group_starts", {}).items()
+        }
         owner = raw["app_id"]
     except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
         raise RecoveryError(
@@ -496,7 +595,7 @@ def take_replay_intent(checkpoint_root: str, app_id: str, fresh: bool) -> dict[s
         log.warning("ignoring replay intent %s: it was written for app %s, not %s", path, owner, app_id)
         return None
     log.info("app %s: replaying from %s (intent %s)", app_id, raw.get("from"), path)
-    return starts
+    return ReplayIntent(starts, group_starts)
 
 
 def intent_savepoint(checkpoint_root: str, app_id: str) -> tuple[str, bool] | None:

@@ -32,7 +32,7 @@ from ethereal_kafka.connectors.kafka.clients import LOG_DIR_ENV, close_cached_cl
 from ethereal_kafka.eos.coordinator import CheckpointCoordinator
 from ethereal_kafka.eos.epoch_writer import EpochWriter
 from ethereal_kafka.eos.ownership import InstanceGuard
-from ethereal_kafka.eos.replay import intent_savepoint, take_replay_intent
+from ethereal_kafka.eos.replay import ReplayIntent, intent_savepoint, take_replay_intent
 from ethereal_kafka.errors import EtherealKafkaError, SparkSetupError
 from ethereal_kafka.plan.query import Query
 from ethereal_kafka.runtime.admission import EpochSizer
@@ -90,21 +90,25 @@ class RunObserver(Protocol):
 
 
 def job_sources(
-    loaded: LoadedJob, fresh: bool, replay_starts: Mapping[str, str] | None = None
+    loaded: LoadedJob, fresh: bool, replay: ReplayIntent | None = None
 ) -> dict[str, KafkaSourceConfig]:
     """The job's sources as they run: group.id defaults to app.id, initial offsets pinned in the checkpoint, epochs
     bounded and dead letters committed with their epoch under exactly-once, sized within those bounds with
     `epoch.sizing=adaptive` (`runtime.source_bounds.bounded_source`), and,
-    when the checkpoint is fresh, the start positions `ethereal-kafka replay` left (`replay_starts`, per source) or
-    else `replay.from` applied."""
+    when the checkpoint is fresh, the start positions `ethereal-kafka replay` left (`replay`: per source, and per
+    consumer group of a source whose queries start apart) or else `replay.from` applied."""
     out = {}
     for name, conf in loaded.sources.items():
         changes: dict[str, object] = {"checkpoint_location": f"{loaded.job.checkpoint_location}/sources"}
         if conf.group_id is None:
             changes["group_id"] = loaded.job.app_id
         changes.update(bounded_source(loaded.job, dataclasses.replace(conf, **changes)))  # type: ignore[arg-type]
-        if fresh and replay_starts and name in replay_starts:
-            changes["starting_offsets"] = replay_starts[name]
+        if fresh and replay is not None and name in replay.starts:
+            changes["starting_offsets"] = replay.starts[name]
+            if name in replay.group_starts:
+                changes["group_starting_offsets"] = json.dumps(
+                    dict(replay.group_starts[name]), sort_keys=True
+                )
         elif fresh and loaded.job.replay_from:
             changes["starting_offsets"] = loaded.job.replay_from
         out[name] = dataclasses.replace(conf, **changes)  # type: ignore[arg-type]
@@ -202,8 +206,8 @@ def _start(
     # A restore's state goes into the plan until an epoch commits: a replayed epoch 0 needs it as the first did.
     restoring = not checkpoint_has_commits(job.checkpoint_location)
     restore = intent_savepoint(job.checkpoint_location, job.app_id) if restoring else None
-    replay_starts = take_replay_intent(job.checkpoint_location, job.app_id, fresh)
-    sources = job_sources(loaded, fresh, replay_starts)
+    replay = take_replay_intent(job.checkpoint_location, job.app_id, fresh)
+    sources = job_sources(loaded, fresh, replay)
     restored: set[str] = set()
     if restore is None:
         pipeline = build_pipeline(spark, loaded, sources, graph_builder)
@@ -218,6 +222,12 @@ def _start(
     if restore is not None:
         hold_for_event_time(manifest, builds, job)
     holds = held_sources(builds, job)
+    if (
+        fresh
+    ):  # a query a restore has no start for (a source its queries read apart), refused before it starts
+        for build in builds:
+            for config in build.sources:
+                config.starting_offsets_of_group()
     for build in builds:  # before anything is claimed or recorded: a refused version changes nothing
         if build.carried_event_time:
             prepare_carry(job.query_checkpoint(build.name), {n: k for n, k, _ in build.carried_event_time})
@@ -229,9 +239,7 @@ def _start(
             groups.setdefault(config.name, []).append(config.group)
     # Before the claim: `replay` must know every local claim (and every group the queries commit to).
     record_run(loaded, coordinator.instance_id, groups)
-    coordinator.prepare(
-        builds, replaying=fresh and (job.replay_from is not None or replay_starts is not None)
-    )
+    coordinator.prepare(builds, replaying=fresh and (job.replay_from is not None or replay is not None))
     record_run(loaded, coordinator.instance_id, groups, coordinator.pool_by_cluster())
     bookkeeping = metrics.metrics if metrics is not None else None
     if metrics is not None:

@@ -23,7 +23,8 @@ process functions with their broadcast state), any number per query when each fe
 from the sink up: `downstream_first`). Spark-native windows and joins keep state Spark cannot be seeded with.
 
 Restoring (`initial_states`, `check_restore`): `replay APP --from savepoint:PATH` (or `run --from-savepoint`) resets
-the app to the savepoint's offsets and leaves the folder in the replay intent; the next start seeds each operator
+the app to the savepoint's offsets (each query's where queries that read one source stood apart:
+`eos.replay.ReplayStart.by_query`) and leaves the folder in the replay intent; the next start seeds each operator
 whose uid the savepoint holds (`plan.operators.base.Sequenced.handleInitialState`) in the new checkpoint's first
 epoch, with any `sink.tasks` or shuffle partition count. A uid the new version lacks is refused unless the run allows
 non-restored state. A query with event time gets its watermark back before it reads a record
@@ -91,9 +92,8 @@ def take_savepoint(
     `live`: an instance of the app runs on this host (see the module docstring), else it is stopped.
 
     Raises:
-        SavepointError: Kafka holds output of an epoch Spark did not commit, a query never committed one, keeps
-            state this version cannot take, or two queries stand at different offsets of one partition (a restore
-            starts them at one offset); the message names the query, operator or partition and the way out.
+        SavepointError: Kafka holds output of an epoch Spark did not commit, a query never committed one, or keeps
+            state this version cannot take; the message names the query or operator and the way out.
     """
     import pyarrow.parquet as pq  # here, not at import: the runner imports this module at every start
 
@@ -139,8 +139,6 @@ def take_savepoint(
         if stateful:
             exports += _export(spark, folder, name, epoch, stateful, plan.get("edges", ()))
     savepoint_id = new_id(now)
-    # A restore starts every query of a partition at one offset: refused here, before anything is written.
-    Manifest(savepoint_id, job.app_id, now, str(loaded.path), tuple(positions), ()).offsets()
     scratch = begin(location, savepoint_id)
     savepoint_step("scratch")
     operators = []

@@ -7,6 +7,7 @@ reduced by a Python function (`sums`, the framework's window operator)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +34,8 @@ from tests.integration.keyed_jobs import (
 )
 
 TOTALS_DDL = "user string, amount long"
+#: What `SlowKinds` takes per element.
+SLOW_S = 0.1
 #: Processing-time timers at this time (2100-01-01) and after never fire in a test; the savepoint carries them.
 FAR_MS = 4_102_444_800_000
 
@@ -72,6 +75,22 @@ def v1(env: StreamExecutionEnvironment) -> None:
     keyed = _events(env)
     _totals(keyed)
     _kinds(keyed, TimedKinds())
+
+
+class SlowKinds(TimedKinds):
+    """`TimedKinds` taking `SLOW_S` per element: its query falls behind `totals` over the same input (a savepoint of
+    queries that stood at different offsets of a partition)."""
+
+    def process_element(self, value: dict[str, Any], ctx: KeyedContext) -> Iterator[dict[str, Any]]:
+        time.sleep(SLOW_S)
+        yield from super().process_element(value, ctx)
+
+
+def slow_v1(env: StreamExecutionEnvironment) -> None:
+    """`v1` whose `kinds` is slow (`SlowKinds`): the same operators, uids and state."""
+    keyed = _events(env)
+    _totals(keyed)
+    _kinds(keyed, SlowKinds())
 
 
 class RecentAsMap(TimedKinds):

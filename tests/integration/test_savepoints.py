@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -82,23 +83,23 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     feed = [(0, key, value, ts) for _, key, value, ts in ref.feed_list(events)]
     feed_events(bs, source, feed[: EVENTS // 2])
     stopped = {"totals": topic_factory(partitions=2), "kinds": topic_factory(partitions=2)}
-    job = _job(tmp_path / "stopped", bs, "v1", source, stopped)
-    # The job runs on (no end of input) until `savepoint --stop` stops it between epochs and takes the savepoint,
-    # once both queries read the whole first half (a savepoint of queries standing at different offsets of one
-    # partition is refused at restore: `Manifest.offsets`).
+    job = _job(tmp_path / "stopped", bs, "slow_v1", source, stopped)
+    # The job runs on (no end of input); its `kinds` is slow (`SlowKinds`). Once `totals` has read the whole first
+    # half and `kinds` has not, a live savepoint (the job goes on): the two queries stand at different offsets of
+    # the partition, and a restore starts each where it stood (restored into an app of its own below).
     running = ThreadPoolExecutor(1).submit(run_job, job.path, available_now=False)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and any(
-        len(read_json(bs, topic)) < EVENTS // 2 for topic in stopped.values()
-    ):
-        time.sleep(0.5)
-    # A live savepoint: the job goes on. The input is quiet, so it holds what the stop's savepoint holds below.
+    written = _wait_for(bs, stopped, lambda n: n["totals"] == EVENTS // 2)
+    assert written["kinds"] < EVENTS // 2, f"kinds was not behind totals: {written}"
     capsys.readouterr()
     assert main(["savepoint", "--job", str(job.path)]) == 0
     out = capsys.readouterr().out
     assert "runs on this host: a savepoint of its last committed epochs; it goes on" in out
     assert not running.done(), "a savepoint without --stop stopped the job"
     live = Path(_taken(out))
+    behind = {q.name: q.offsets for q in read_manifest(live).queries}
+    assert behind["totals"] == [[source, 0, EVENTS // 2]] and behind["kinds"][0][2] < EVENTS // 2, behind
+    # Once both read the first half, `savepoint --stop` stops it between epochs and takes the savepoint.
+    _wait_for(bs, stopped, lambda n: n["kinds"] == EVENTS // 2)
     assert main(["savepoint", "--stop", "--job", str(job.path)]) == 0
     out = capsys.readouterr().out
     assert "to stop between epochs" in out
@@ -107,10 +108,13 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
         report
     )
     folder = Path(_taken(out))
-    assert read_manifest(live).offsets() == read_manifest(folder).offsets() == [(source, 0, EVENTS // 2)]
-    assert _tables(live) == _tables(folder), "the live savepoint's state differs from the stopped job's"
-    # its output ends come from the history of its epochs, the stopped one's from the topics: the same here
-    assert read_manifest(live).output_ends == read_manifest(folder).output_ends
+    assert read_manifest(folder).offsets() == [(source, 0, EVENTS // 2)]
+    assert _tables(live)["totals"] == _tables(folder)["totals"], "the live savepoint's totals differ"
+    # its output ends come from the history of its epochs, the stopped one's from the topics
+    assert (
+        read_manifest(live).output_ends[stopped["totals"]]
+        == read_manifest(folder).output_ends[stopped["totals"]]
+    )
     assert set(read_manifest(live).output_ends) == set(stopped.values())
 
     # A checkpoint behind Kafka (its last epoch's log files lost): Kafka holds output of an epoch the savepoint would
@@ -162,14 +166,18 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
 
     # What a restore would do, asked before it: the same version restores both; one without `kinds` would drop it.
     smaller = job.path.with_name("job-v2.properties")
-    smaller.write_text(job.path.read_text().replace("savepoint_jobs:v1", "savepoint_jobs:v2_without_kinds"))
+    smaller.write_text(
+        job.path.read_text().replace("savepoint_jobs:slow_v1", "savepoint_jobs:v2_without_kinds")
+    )
     assert main(["validate", "--against", str(folder), str(job.path)]) == 0
     assert "carried totals (rolling in query totals): state restored" in capsys.readouterr().out
     assert main(["validate", "--against", str(folder), str(smaller)]) == 1
     assert "dropped kinds (process in query kinds): not in the new version" in capsys.readouterr().err
     # A state variable of another kind (the savepoint's list of `recent`, now a map) cannot be read.
     remapped = job.path.with_name("job-v3.properties")
-    remapped.write_text(job.path.read_text().replace("savepoint_jobs:v1", "savepoint_jobs:v3_recent_as_map"))
+    remapped.write_text(
+        job.path.read_text().replace("savepoint_jobs:slow_v1", "savepoint_jobs:v3_recent_as_map")
+    )
     assert main(["validate", "--against", str(folder), str(remapped)]) == 1
     assert (
         "changed kinds (process in query kinds): state 'recent' ListState -> MapState"
@@ -186,7 +194,11 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     )
     # The same code, restored into three sink tasks, so three shuffle partitions (a new checkpoint: any layout).
     relaid = job.path.with_name("job-relaid.properties")
-    relaid.write_text(job.path.read_text().replace("sink.tasks=2", "sink.tasks=3"))
+    relaid.write_text(
+        job.path.read_text()
+        .replace("sink.tasks=2", "sink.tasks=3")
+        .replace("savepoint_jobs:slow_v1", "savepoint_jobs:v1")
+    )
     run_job(relaid)
 
     never_stopped = {"totals": topic_factory(partitions=2), "kinds": topic_factory(partitions=2)}
@@ -195,6 +207,23 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
         got, want = read_json(bs, stopped[sink]), read_json(bs, never_stopped[sink])
         assert len(want) == EVENTS
         assert per_key(got, "user") == per_key(want, "user"), f"{sink}: the restored state did not go on"
+
+    # The live savepoint restored into an app of its own: each query goes on from where it stood, so each user's
+    # output is the tail of the never-stopped run's, from that query's offset on.
+    apart = {"totals": topic_factory(partitions=2), "kinds": topic_factory(partitions=2)}
+    from_live = _job(tmp_path / "from-live", bs, "v1", source, apart)
+    restore_from(str(from_live.path), str(live), allow_non_restored=False)
+    run_job(from_live.path)
+    for sink in ("totals", "kinds"):
+        got_by_user, want_by_user = (
+            per_key(read_json(bs, apart[sink]), "user"),
+            per_key(read_json(bs, never_stopped[sink]), "user"),
+        )
+        assert sum(map(len, got_by_user.values())) == EVENTS - behind[sink][0][2], sink
+        for user, records in got_by_user.items():
+            assert records == want_by_user[user][-len(records) :], (
+                f"{sink}, {user}: not where the query stood"
+            )
 
     # A changed version, restored with --allow-non-restored-state (`run --from-savepoint`'s reset): `totals` changed
     # (it reports ten times its sum), `counts` added (starts empty), `kinds` removed. The app has read past the
@@ -209,7 +238,7 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     )
     evolved.write_text(
         job.path.read_text()
-        .replace("savepoint_jobs:v1", "savepoint_jobs:v4_evolved")
+        .replace("savepoint_jobs:slow_v1", "savepoint_jobs:v4_evolved")
         .replace("kinds.sink.properties", "counts.sink.properties")
     )
     capsys.readouterr()
@@ -232,6 +261,17 @@ def test_a_savepoint_restored_with_another_layout_goes_on_like_a_run_never_stopp
     assert {u: [json.loads(r)["amount"] for r in rs] for u, rs in counts.items()} == {
         u: list(range(1, n + 1)) for u, n in counted.items() if n
     }, "the added operator did not start empty"
+
+
+def _wait_for(bs: str, topics: dict[str, str], done: Callable[[dict[str, int]], bool]) -> dict[str, int]:
+    """Poll the records committed to each of `topics` (name -> topic) until `done` holds for their counts (at most
+    120 s); returns the counts."""
+    deadline = time.monotonic() + 120
+    while True:
+        counts = {name: len(read_json(bs, topic)) for name, topic in topics.items()}
+        if done(counts) or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.3)
 
 
 def _taken(out: str) -> str:

@@ -159,9 +159,10 @@ class PositionResolver:
         return have
 
     def initial(self) -> dict[TopicPartitionKey, int]:
-        """Start positions for a query with no Spark checkpoint, per `starting.offsets`."""
+        """Start positions for a query with no Spark checkpoint, per `starting.offsets` (or its group's entry of
+        `restore.starts.by.group`)."""
         tps = self.topic_partitions()
-        how = self.config.starting_offsets
+        how = self.config.starting_offsets_of_group()
         if how == "group-offsets":
             return self.committed(tps)
         if how == "earliest":

@@ -17,6 +17,7 @@ from ethereal_kafka.eos.replay import (
     APPLIED_FILE,
     INTENT_FILE,
     PartitionReset,
+    ReplayIntent,
     ReplayPlan,
     ReplayStart,
     check_stopped,
@@ -90,6 +91,35 @@ def test_plan_starts_group_positions_per_source() -> None:
         ),
     )
     assert plan.starts() == {"orders": "o:0:0,o:1:2", "payments": "p:0:3"}
+    assert plan.group_starts() == {}
+
+
+def test_a_savepoint_of_queries_that_stood_apart_starts_each_querys_group_where_it_stood() -> None:
+    start = ReplayStart(
+        "savepoint",
+        offsets=(("o", 1, 4),),
+        savepoint="/sp",
+        by_query=(("q1", (("o", 0, 10), ("o", 1, 4))), ("x.q1", (("o", 0, 12),))),
+    )
+    assert start.disputed() == {("o", 0): ["q1", "x.q1"]}
+    assert start.given_for("shop.q1") == {("o", 0): 10, ("o", 1): 4}
+    assert start.given_for("shop.x.q1") == {("o", 0): 12, ("o", 1): 4}, "the longest query name that fits"
+    assert start.given_for("shop") == {("o", 1): 4}
+    plan = ReplayPlan(
+        "shop",
+        start,
+        (
+            PartitionReset("orders", "shop.q1", "o", 0, 10, 10, 20),
+            PartitionReset("orders", "shop.q1", "o", 1, 4, 4, 20),
+            PartitionReset("orders", "shop.x.q1", "o", 0, 12, 12, 20),
+            PartitionReset("orders", "shop.x.q1", "o", 1, 4, 4, 20),
+            PartitionReset("payments", "shop", "p", 0, 3, 3, 5),
+        ),
+    )
+    assert plan.starts() == {"orders": "o:1:4", "payments": "p:0:3"}
+    assert plan.group_starts() == {"orders": {"shop.q1": "o:0:10,o:1:4", "shop.x.q1": "o:0:12,o:1:4"}}
+    apart = ReplayPlan("shop", start, tuple(r for r in plan.resets if r.partition == 0 and r.topic == "o"))
+    assert apart.starts() == {"orders": "group-offsets"}, "no partition agreed: each group has its own start"
 
 
 def test_moved_aside_path_is_a_sibling_and_never_reused(tmp_path: Path) -> None:
@@ -122,7 +152,9 @@ def test_intent_applies_while_the_checkpoint_is_fresh_and_is_retired_after(tmp_p
     root = tmp_path / "ckpt"
     path = _intent(root)
     for _ in range(2):  # a run that crashes before its first epoch applies it again
-        assert take_replay_intent(str(root), "shop", fresh=True) == {"orders": "o:0:5,o:1:0"}
+        assert take_replay_intent(str(root), "shop", fresh=True) == ReplayIntent(
+            {"orders": "o:0:5,o:1:0"}, {}
+        )
         assert path.exists()
     assert take_replay_intent(str(root), "shop", fresh=False) is None
     assert not path.exists() and (root / APPLIED_FILE).exists()

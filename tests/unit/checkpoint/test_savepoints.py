@@ -67,6 +67,17 @@ def test_queries_that_read_a_partition_to_different_offsets_have_no_one_position
     manifest = Manifest("d", "shop", 1, "job", (a, b), ())
     with pytest.raises(SavepointError, match=r"read orders:0 up to different offsets \(10 and 12\)"):
         manifest.offsets()
+    # a restore starts each query where it stood
+    c = QueryPosition("c", "z", 2, None, [["orders", 1, 5]])
+    manifest = Manifest("d", "shop", 1, "job", (a, b, c), ())
+    assert manifest.agreed_offsets() == (
+        [("orders", 1, 5)],
+        {"a": [("orders", 0, 10)], "b": [("orders", 0, 12)], "c": [("orders", 1, 5)]},
+    )
+    assert Manifest("e", "shop", 1, "job", (a, c), ()).agreed_offsets() == (
+        [("orders", 0, 10), ("orders", 1, 5)],
+        {},
+    )
 
 
 def test_a_restores_source_holds_stay_until_its_query_commits_and_go_at_the_next_start(
