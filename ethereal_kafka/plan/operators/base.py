@@ -312,6 +312,11 @@ class _RecordingHandle:
 
 def element_order(row: dict[str, Any]) -> tuple[Any, ...]:
     """Sort key of an input row: event time, source partition, source offset, then its content."""
+    return (*_position(row), _content(row))
+
+
+def _position(row: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The first three parts of `element_order`: event time, source partition, source offset."""
     ts = row.get(TS)
     stamp = (
         ts.timestamp()
@@ -320,13 +325,38 @@ def element_order(row: dict[str, Any]) -> tuple[Any, ...]:
     )
     part = row.get(PART)
     offset = row.get(OFFSET)
-    content = json.dumps({k: v for k, v in row.items() if not is_hidden(k)}, sort_keys=True, default=repr)
-    return (stamp, -1 if part is None else part, -1 if offset is None else offset, content)
+    return (stamp, -1 if part is None else part, -1 if offset is None else offset)
+
+
+def _content(row: dict[str, Any]) -> str:
+    """The last part of `element_order`: the row's visible fields as sorted JSON."""
+    return json.dumps({k: v for k, v in row.items() if not is_hidden(k)}, sort_keys=True, default=repr)
 
 
 def sorted_rows(rows: Iterable[Row]) -> list[dict[str, Any]]:
-    """The rows of one key in one epoch, as dicts (nested Rows too), in `element_order`."""
-    return sorted((row.asDict(recursive=True) for row in rows), key=element_order)
+    """The rows of one key in one epoch, as dicts (nested Rows too), in `element_order`.
+
+    The content is only rendered for rows whose position (event time, partition, offset) another row shares (the
+    elements a `flat_map` made of one record, rows without a source position): the order is the same as sorting
+    on `element_order` (both sorts are stable), without a JSON rendering per row.
+    """
+    keyed = sorted(((_position(d), d) for d in (row.asDict(recursive=True) for row in rows)), key=_first)
+    out: list[dict[str, Any]] = []
+    start = 0
+    while start < len(keyed):
+        end = start + 1
+        while end < len(keyed) and keyed[end][0] == keyed[start][0]:
+            end += 1
+        if end - start == 1:
+            out.append(keyed[start][1])
+        else:
+            out.extend(sorted((d for _, d in keyed[start:end]), key=_content))
+        start = end
+    return out
+
+
+def _first(item: tuple[Any, Any]) -> Any:
+    return item[0]
 
 
 def user_element(row: dict[str, Any]) -> dict[str, Any]:
