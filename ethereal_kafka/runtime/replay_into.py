@@ -79,6 +79,7 @@ def into_job(
             is None, or it has none and `dlq_topic` is given.
     """
     dead = dead_letter_topics(loaded)
+    _not_the_jobs("--into", topic, loaded, dead)
     if dead and dlq_topic is None:
         raise ReplayError(
             f"app {loaded.job.app_id} sends dead letters to {', '.join(dead)}; a replay into {topic} would add "
@@ -88,14 +89,8 @@ def into_job(
         raise ReplayError(
             f"--dlq-into {dlq_topic}: app {loaded.job.app_id} has no dead-letter topic; leave --dlq-into out"
         )
-    for flag, target in (("--into", topic), ("--dlq-into", dlq_topic)):
-        if target is None:
-            continue
-        role = _role(loaded, target, dead)
-        if role is not None:
-            raise ReplayError(
-                f"{flag} {target}: that is {role} of app {loaded.job.app_id}; name another topic"
-            )
+    if dlq_topic is not None:
+        _not_the_jobs("--dlq-into", dlq_topic, loaded, dead)
     if dlq_topic == topic:
         raise ReplayError(f"--dlq-into {dlq_topic}: the same topic as --into; name another topic")
     job = dataclasses.replace(
@@ -116,6 +111,13 @@ def into_job(
     }
     sinks = {name: dataclasses.replace(conf, topic=topic) for name, conf in loaded.sinks.items()}
     return LoadedJob(loaded.path, job, sources, sinks, loaded.tables, loaded.files)
+
+
+def _not_the_jobs(flag: str, topic: str, loaded: LoadedJob, dead: tuple[str, ...]) -> None:
+    """Refuse `topic` (given as `flag`) when it is one of the job's input, output or dead-letter topics."""
+    role = _role(loaded, topic, dead)
+    if role is not None:
+        raise ReplayError(f"{flag} {topic}: that is {role} of app {loaded.job.app_id}; name another topic")
 
 
 def _role(loaded: LoadedJob, topic: str, dead: tuple[str, ...]) -> str | None:

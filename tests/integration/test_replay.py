@@ -21,7 +21,17 @@ from ethereal_kafka.examples import eos
 from ethereal_kafka.testing.cluster import KafkaCluster
 from ethereal_kafka.testing.crash import compare
 from ethereal_kafka.testing.plugin import RunJob, TopicFactory
-from tests.integration.eos_helpers import JobFiles, feed, leave_open_transaction, output, pairs, write_job
+from tests.integration.eos_helpers import (
+    JobFiles,
+    add_poison,
+    check_dead_letters,
+    dead_letter_job,
+    feed,
+    leave_open_transaction,
+    output,
+    pairs,
+    write_job,
+)
 
 STATELESS = "ethereal_kafka.examples.eos:stateless"
 RUNNING_TOTAL = "ethereal_kafka.examples.eos:running_total"
@@ -282,23 +292,32 @@ def test_replay_into_another_topic_leaves_the_app_untouched(
 ) -> None:
     bs = kafka_cluster.bootstrap
     src, dst, copy = topic_factory(partitions=2), topic_factory(partitions=2), topic_factory(partitions=2)
+    dlq, copy_dlq = topic_factory(partitions=1), topic_factory(partitions=1)
     inputs = eos.events(300)
     feed(bs, src, inputs, 2)
+    add_poison(bs, src, 2, 12)  # dead letters: a replay sends them to its own topic, never production's
     files = write_job(tmp_path, bs, src, dst, STATELESS, max_records=1000)
+    dead_letter_job(files, dlq)
     run_job(files.job)
     doc = _offsets(files.app_id)
-    dst_before = _ends(bs, dst)
+    dst_before, dlq_before = _ends(bs, dst), _ends(bs, dlq)
     listing = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     refused = _cli("replay", files.app_id, "--from", "earliest", "--into", dst)
     assert refused.returncode == 1 and "that is an output topic" in refused.stderr
-    result = _cli("replay", files.app_id, "--from", "earliest", "--into", copy)
+    refused = _cli("replay", files.app_id, "--from", "earliest", "--into", copy)
+    assert refused.returncode == 1 and f"sends dead letters to {dlq}" in refused.stderr, refused.stderr[
+        -2000:
+    ]
+    result = _cli("replay", files.app_id, "--from", "earliest", "--into", copy, "--dlq-into", copy_dlq)
     assert result.returncode == 0, result.stderr[-3000:]
     expected = eos.stateless_reference(inputs)
     assert f"replayed into {copy}: {len(expected)} record(s)" in result.stdout
     cmp = compare(expected, pairs(read_committed(bs, copy)))
     assert (cmp.records, cmp.duplicates, cmp.lost, cmp.unexpected) == (len(expected), 0, 0, 0)
+    print(check_dead_letters(bs, src, copy_dlq))
     assert _offsets(files.app_id) == doc, "the app's group offsets and markers are untouched"
     assert _ends(bs, dst) == dst_before, "nothing written to the app's sink topic"
+    assert _ends(bs, dlq) == dlq_before, "nothing written to the app's dead-letter topic"
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == listing, "checkpoint untouched"
 
 
