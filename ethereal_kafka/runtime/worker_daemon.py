@@ -6,8 +6,9 @@ daemon, with the modules every worker of a job imports loaded once, before the f
 Spark starts one daemon per worker module and forks a worker from it for each Python task slot (4 to 6 per
 start of a `local[2]` job); each worker imported PySpark's Arrow serializers, pandas, pyarrow and the
 framework's connectors and serde after the fork (0.3-0.6 CPU-s each, measured). Forked from a daemon that
-imported them, a worker shares them. Nothing here changes what a worker does: the daemon's loop, the protocol
-and the worker module (`argv[1]`) are PySpark's.
+imported them, a worker shares them. The daemon's loop, the protocol and the worker module (`argv[1]`) are
+PySpark's; one thing changes how a worker works, not what it computes: the input rows of a row-based
+transformWithState (the framework's stateful operators) are converted column by column (`runtime.row_batches`).
 
 Only modules without side effects at import are loaded (no client, thread or file is created): a job's own
 pipeline module is left to the worker, which imports it as before. A `transform.sql` job runs no user code in its
@@ -93,7 +94,12 @@ def preload(worker_module: str) -> list[str]:
 
 def main() -> None:
     """Preload, then run PySpark's daemon loop (it reads the worker module from `argv[1]` itself)."""
-    preload(sys.argv[1] if len(sys.argv) > 1 else "pyspark.worker")
+    module = sys.argv[1] if len(sys.argv) > 1 else "pyspark.worker"
+    preload(module)
+    if module == "pyspark.worker":
+        from ethereal_kafka.runtime.row_batches import install
+
+        install()  # the framework's stateful operators get their input rows column by column
     from pyspark import daemon
 
     # What was imported stays for the workers' whole life: moved out of the cyclic collector's reach, a worker's
