@@ -32,7 +32,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, TypeVar
@@ -237,20 +237,12 @@ def exclusive_run_lock(app_id: str) -> Iterator[None]:
     Raises:
         AppRunningError: an instance of the app holds the lock (the message names its pid and start time).
     """
-    replay = _open_lock(app_id, REPLAY_LOCK_FILE)
-    handle = _open_lock(app_id)
-    try:
-        try:
-            fcntl.flock(replay.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise AppRunningError(
-                f"app {app_id} is running on this host{_who(app_id)}; stop it first"
-            ) from None
+    with _exclusive(
+        app_id,
+        (REPLAY_LOCK_FILE, LOCK_FILE),
+        lambda: f"app {app_id} is running on this host{_who(app_id)}; stop it first",
+    ):
         yield
-    finally:
-        handle.close()
-        replay.close()
 
 
 @contextlib.contextmanager
@@ -261,17 +253,32 @@ def replay_lock(app_id: str) -> Iterator[None]:
     Raises:
         AppRunningError: a replay of the app holds the lock.
     """
-    handle = _open_lock(app_id, REPLAY_LOCK_FILE)
+    with _exclusive(
+        app_id,
+        (REPLAY_LOCK_FILE,),
+        lambda: f"app {app_id}: a replay changes it on this host; try again after it",
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def _exclusive(app_id: str, names: tuple[str, ...], refusal: Callable[[], str]) -> Iterator[None]:
+    """Hold the app's lock files `names` exclusively, in that order, for the `with` block.
+
+    Raises:
+        AppRunningError: another process holds one of them (`refusal()` says so).
+    """
+    handles = [_open_lock(app_id, name) for name in names]
     try:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            for handle in handles:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise AppRunningError(
-                f"app {app_id}: a replay changes it on this host; try again after it"
-            ) from None
+            raise AppRunningError(refusal()) from None
         yield
     finally:
-        handle.close()
+        for handle in reversed(handles):
+            handle.close()
 
 
 def _who(app_id: str) -> str:
