@@ -429,6 +429,10 @@ class PickledMap:
         if self._state.containsKey(raw_key):
             self._state.removeKey(raw_key)
 
+    def remove_stored(self, key: Any) -> None:
+        """Remove `key`, which the caller read from this map in the same call (one state call, not two)."""
+        self._state.removeKey((pickle.dumps(key, protocol=5),))
+
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Every entry, ordered by the pickled key bytes (deterministic)."""
         entries = sorted(((k[0], v[0]) for k, v in self._state.iterator()), key=lambda kv: kv[0])

@@ -240,6 +240,7 @@ class WindowProcessor(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         out: list[Any] = []
         windows = self._load(key[0], watermark, out)
+        stored = frozenset(windows.panes)
         windows.advance(watermark)
         for row in sorted_rows(rows):
             part, offset = row.get(PART), row.get(OFFSET)
@@ -251,7 +252,7 @@ class WindowProcessor(StatefulProcessor):
             element = {f: row.get(f) for f in self.plan.fields}
             if not windows.add(element, order, watermark) and self.plan.late_tag is not None:
                 out.append(self._late_row(key[0], element, row.get(TS)))
-        self._store(windows, watermark)
+        self._store(windows, watermark, stored)
         return iter(out)
 
     def handleExpiredTimer(
@@ -261,8 +262,9 @@ class WindowProcessor(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         out: list[Any] = []
         windows = self._load(key[0], watermark, out)
+        stored = frozenset(windows.panes)
         windows.advance(watermark)
-        self._store(windows, watermark)
+        self._store(windows, watermark, stored)
         return iter(out)
 
     def close(self) -> None:
@@ -276,15 +278,19 @@ class WindowProcessor(StatefulProcessor):
 
         return KeyWindows(self.plan.window, self.plan.function, fire, dict(self.panes.items()))
 
-    def _store(self, windows: KeyWindows, watermark: int) -> None:
+    def _store(self, windows: KeyWindows, watermark: int, stored: frozenset[tuple[int, int]]) -> None:
+        """Write the key's changed and removed panes back (`stored`: the panes its state held), and make its timers
+        those its panes want. A key whose state held no pane has no timer after the watermark (every call leaves
+        exactly its panes' timers), so its timers are not listed: each state call is a round trip to the JVM."""
         for window in sorted(windows.removed):
-            self.panes.remove(window)
+            if window in stored:  # a pane made and dropped in this call was never written
+                self.panes.remove_stored(window)
         for window in sorted(windows.changed):
             self.panes.put(window, windows.panes[window])
         if not self.plan.event_time or not self.plan.window.needs_event_time:
             return
         wanted = windows.timers(watermark)
-        existing = set(self.handle.listTimers())
+        existing = {at for at in self.handle.listTimers() if at > watermark} if stored else set()
         for at in sorted(wanted - existing):
             self.handle.registerTimer(at)
         for at in sorted(existing - wanted):

@@ -130,3 +130,22 @@ def test_the_sessions_example_aggregate_merges_like_one_session() -> None:
         right = stats.add(event, right)
     assert stats.get_result(stats.merge(left, right)) == stats.get_result(whole)
     assert stats.get_result(whole)["clicks"] == 40
+
+
+def test_a_key_without_panes_lists_no_timers_and_a_stored_pane_is_removed_in_one_call() -> None:
+    """Each state call is a round trip to the JVM: a new key's timers are not listed (it has none after the
+    watermark), and a pane read from state is removed without asking whether it is there."""
+    proc, store = processor(TumblingEventTimeWindows.of(10))
+    calls: list[str] = []
+    handle, panes = proc.handle, proc.panes._state  # type: ignore[attr-defined]
+    for target, name in ((handle, "listTimers"), (panes, "containsKey"), (panes, "removeKey")):
+        method = getattr(target, name)
+        setattr(target, name, lambda *args, _m=method, _n=name: calls.append(_n) or _m(*args))
+    first = run_epoch(proc, store, [row("a", 1, 5, 0), row("a", 2, 7, 1)], watermark=0, now=0)
+    assert first == [] and calls == [] and store.timers == {"a": {10}}
+    fired = run_epoch(proc, store, [], watermark=10, now=0)
+    assert [(r["n"], r["total"]) for r in fired] == [(2, 12)]
+    assert calls == ["removeKey", "listTimers"], (
+        "the fired pane's key: its timers listed, its pane removed once"
+    )
+    assert store.timers == {"a": set()} and not list(proc.panes.items())
