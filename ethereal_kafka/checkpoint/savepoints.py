@@ -171,25 +171,6 @@ class Manifest:
         own = {q.name: sorted((str(t), int(p), int(o)) for t, p, o in q.offsets) for q in self.queries}
         return agreed, own
 
-    def offsets(self) -> list[tuple[str, int, int]]:
-        """Every input partition's offset, `(topic, partition, offset)`, sorted, each once, for a reader that needs
-        one position per partition (a restore starts each query where it stood: `agreed_offsets`).
-
-        Raises:
-            SavepointError: two queries read a partition up to different offsets.
-        """
-        found: dict[tuple[str, int], int] = {}
-        for query in self.queries:
-            for topic, partition, offset in query.offsets:
-                key = (str(topic), int(partition))
-                if found.setdefault(key, int(offset)) != int(offset):
-                    raise SavepointError(
-                        f"savepoint {self.savepoint_id}: queries read {topic}:{partition} up to different offsets "
-                        f"({found[key]} and {offset}); take the savepoint once the queries have read the same "
-                        "input (e.g. with `savepoint --stop` after the input paused)"
-                    )
-        return sorted((t, p, o) for (t, p), o in found.items())
-
 
 def default_location(checkpoint_location: str) -> str:
     """Where an app's savepoints go unless the job says: beside its checkpoint root, `<root>.savepoints`."""

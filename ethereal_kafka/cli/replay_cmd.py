@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from ethereal_kafka.checkpoint.apps import exclusive_run_lock, read_run_record
@@ -223,10 +222,10 @@ def _confirm(app_id: str, yes: bool) -> None:
 
 
 def _into(app: AppJob, plan: ReplayPlan, topic: str, dlq_topic: str | None, dry_run: bool) -> int:
-    from ethereal_kafka.runtime.replay_into import into_job, replay_into
+    from ethereal_kafka.runtime.replay_into import check_targets, replay_into
 
     if dry_run:
-        into_job(app.loaded, plan.starts(), topic, "dry-run", Path("unused"), dlq_topic)  # its refusals
+        check_targets(app.loaded, topic, dlq_topic)
         print(f"dry run: would replay these ranges into {topic}; nothing changed")
         return 0
 

@@ -83,14 +83,20 @@ class ReplayStart:
     allow_non_restored: bool = False
     by_query: tuple[tuple[str, tuple[tuple[str, int, int], ...]], ...] = ()
 
+    def query_of(self, group: str) -> str | None:
+        """The query of `by_query` whose own consumer group `group` is (`<group>.<query>`, `plan.sink_groups`; the
+        longest name that fits), or None."""
+        fits = [name for name, _ in self.by_query if group.endswith(f".{name}")]
+        return max(fits, key=len) if fits else None
+
     def given_for(self, group: str) -> dict[tuple[str, int], int]:
         """The offsets given to a source entry committing to consumer group `group`: `offsets`, and with a
         savepoint whose queries read a partition up to different offsets (`by_query`), the offsets of the query
-        whose own group `group` is (`<group>.<query>`, `plan.sink_groups`; the longest name that fits)."""
+        whose own group `group` is (`query_of`)."""
         given = {(t, p): o for t, p, o in self.offsets}
-        fits = [(len(name), name, own) for name, own in self.by_query if group.endswith(f".{name}")]
-        if fits:
-            given.update({(t, p): o for t, p, o in max(fits)[2]})
+        query = self.query_of(group)
+        if query is not None:
+            given.update({(t, p): o for t, p, o in dict(self.by_query)[query]})
         return given
 
     def disputed(self) -> dict[tuple[str, int], list[str]]:
@@ -226,7 +232,6 @@ def _savepoint_entries(
     different offsets and that commits to its own group alone (an app that never ran this version: no run record
     names its queries' groups), one entry per such query instead, with the group that query reads it with
     (`<group>.<query>`, `plan.sink_groups`)."""
-    names = [name for name, _ in start.by_query]
     by_source: dict[str, list[tuple[str, KafkaSourceConfig]]] = {}
     for key, config in sources.items():
         by_source.setdefault(config.name, []).append((key, config))
@@ -234,7 +239,7 @@ def _savepoint_entries(
     for name, entries in by_source.items():
         base = entries[0][1]
         queries = sorted({q for (topic, _), qs in disputed.items() if base.reads(topic) for q in qs})
-        own = any(config.group.endswith(f".{q}") for _, config in entries for q in names)
+        own = any(start.query_of(config.group) is not None for _, config in entries)
         if len(queries) < 2 or own:
             out.update(entries)
             continue

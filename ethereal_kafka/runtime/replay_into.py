@@ -74,6 +74,34 @@ def into_job(
     function's) going to `dlq_topic`; `replay.from` dropped.
 
     Raises:
+        ReplayError: see `check_targets`.
+    """
+    check_targets(loaded, topic, dlq_topic)
+    job = dataclasses.replace(
+        loaded.job,
+        app_id=replay_app_id,
+        checkpoint_location=str(root),
+        replay_from=None,
+        user_error_dlq_topic=dlq_topic if loaded.job.user_error_dlq_topic else None,
+    )
+    sources = {
+        name: dataclasses.replace(
+            conf,
+            group_id=replay_app_id,
+            starting_offsets=starts[name],
+            dlq_topic=dlq_topic if conf.dlq_topic else None,
+        )
+        for name, conf in loaded.sources.items()
+    }
+    sinks = {name: dataclasses.replace(conf, topic=topic) for name, conf in loaded.sinks.items()}
+    return LoadedJob(loaded.path, job, sources, sinks, loaded.tables, loaded.files)
+
+
+def check_targets(loaded: LoadedJob, topic: str, dlq_topic: str | None) -> None:
+    """Refuse a replay of `loaded` into `topic`, with its dead letters into `dlq_topic`, that would write the job's
+    own topics or lose track of dead letters.
+
+    Raises:
         ReplayError: `topic` or `dlq_topic` is one of the job's input, output or dead-letter topics (a loop, or
             duplicates in production's), both are the same topic, the job has a dead-letter topic and `dlq_topic`
             is None, or it has none and `dlq_topic` is given.
@@ -93,24 +121,6 @@ def into_job(
         _not_the_jobs("--dlq-into", dlq_topic, loaded, dead)
     if dlq_topic == topic:
         raise ReplayError(f"--dlq-into {dlq_topic}: the same topic as --into; name another topic")
-    job = dataclasses.replace(
-        loaded.job,
-        app_id=replay_app_id,
-        checkpoint_location=str(root),
-        replay_from=None,
-        user_error_dlq_topic=dlq_topic if loaded.job.user_error_dlq_topic else None,
-    )
-    sources = {
-        name: dataclasses.replace(
-            conf,
-            group_id=replay_app_id,
-            starting_offsets=starts[name],
-            dlq_topic=dlq_topic if conf.dlq_topic else None,
-        )
-        for name, conf in loaded.sources.items()
-    }
-    sinks = {name: dataclasses.replace(conf, topic=topic) for name, conf in loaded.sinks.items()}
-    return LoadedJob(loaded.path, job, sources, sinks, loaded.tables, loaded.files)
 
 
 def _not_the_jobs(flag: str, topic: str, loaded: LoadedJob, dead: tuple[str, ...]) -> None:
@@ -144,16 +154,16 @@ def replay_into(
         starts: Per source name, the start positions (`ReplayPlan.starts()`).
         topic: The target topic; it must exist (its partition count decides the output partitioning).
         dlq_topic: The topic for the replay's dead letters; it must exist, and be given when the job has a
-            dead-letter topic (`into_job`).
+            dead-letter topic (`check_targets`).
 
     Raises:
-        ReplayError: `topic` or `dlq_topic` does not exist, or is refused by `into_job`.
+        ReplayError: `topic` or `dlq_topic` does not exist, or is refused by `check_targets`.
         EtherealKafkaError: whatever a run of the job raises (configuration, Kafka, Spark).
     """
     sink = next(iter(loaded.sinks.values()))
     admin = admin_client(sink.bootstrap_servers, sink.passthrough)
+    check_targets(loaded, topic, dlq_topic)  # before the broker is asked
     replay_app = f"{loaded.job.app_id}.replay-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-    into_job(loaded, starts, topic, replay_app, Path("unused"), dlq_topic)  # refusals before the broker's
     existing = cluster_metadata(admin, sink.bootstrap_servers).topics
     for flag, target in (("--into", topic), ("--dlq-into", dlq_topic)):
         if target is not None and target not in existing:

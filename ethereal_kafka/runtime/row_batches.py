@@ -50,9 +50,6 @@ class Column:
     def __getitem__(self, row: int) -> Cell:
         return Cell(self.values[row])
 
-    def __len__(self) -> int:
-        return len(self.values)
-
 
 class ColumnarBatch:
     """An Arrow record batch whose columns are converted to Python values once, on first use."""

@@ -37,7 +37,7 @@ from ethereal_kafka.config.job import LoadedJob
 from ethereal_kafka.connectors.kafka.errors import TopicError
 from ethereal_kafka.connectors.kafka.topic_admin import create_topic, describe_topic
 from ethereal_kafka.eos.replay import ReplayStart, apply_replay, plan_replay
-from ethereal_kafka.runtime.replay_into import clean_up, committed_totals, run_once
+from ethereal_kafka.runtime.replay_into import clean_up, committed_totals, dead_letter_topics, run_once
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -172,9 +172,7 @@ def _shadow_topics(loaded: LoadedJob, found: ProductionRange, suffix: str) -> tu
     sink = next(iter(loaded.sinks.values()))
     bootstrap, settings = sink.bootstrap_servers, sink.passthrough
     topics = {conf.topic for conf in loaded.sinks.values() if conf.topic}
-    topics |= {conf.dlq_topic for conf in loaded.sources.values() if conf.dlq_topic}
-    if loaded.job.user_error_dlq_topic:
-        topics.add(loaded.job.user_error_dlq_topic)
+    topics |= set(dead_letter_topics(loaded))
     topics |= set(found.output_ends)
     for topic in sorted(topics):
         target = shadow_topic(topic, suffix)

@@ -34,8 +34,8 @@ from tests.integration.keyed_jobs import (
 )
 
 TOTALS_DDL = "user string, amount long"
-#: What `SlowKinds` takes per element.
-SLOW_S = 0.1
+#: The element `SlowKinds` takes `SLOW_S` over: the last of the first half in `test_savepoints.py` (120 events).
+SLOW_ID, SLOW_S = 59, 10.0
 #: Processing-time timers at this time (2100-01-01) and after never fire in a test; the savepoint carries them.
 FAR_MS = 4_102_444_800_000
 
@@ -78,11 +78,13 @@ def v1(env: StreamExecutionEnvironment) -> None:
 
 
 class SlowKinds(TimedKinds):
-    """`TimedKinds` taking `SLOW_S` per element: its query falls behind `totals` over the same input (a savepoint of
-    queries that stood at different offsets of a partition)."""
+    """`TimedKinds` taking `SLOW_S` over the element `SLOW_ID`: the epoch of `kinds` that holds it lags behind the
+    same epoch of `totals`, which reads the same input (a savepoint of queries that stood at different offsets of a
+    partition). One task waits, so the other task slot runs `totals` meanwhile."""
 
     def process_element(self, value: dict[str, Any], ctx: KeyedContext) -> Iterator[dict[str, Any]]:
-        time.sleep(SLOW_S)
+        if value["id"] == SLOW_ID:
+            time.sleep(SLOW_S)
         yield from super().process_element(value, ctx)
 
 

@@ -20,6 +20,8 @@ import json
 import pickle
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -340,23 +342,14 @@ def sorted_rows(rows: Iterable[Row]) -> list[dict[str, Any]]:
     elements a `flat_map` made of one record, rows without a source position): the order is the same as sorting
     on `element_order` (both sorts are stable), without a JSON rendering per row.
     """
-    keyed = sorted(((_position(d), d) for d in (row.asDict(recursive=True) for row in rows)), key=_first)
+    keyed = sorted(
+        ((_position(d), d) for d in (row.asDict(recursive=True) for row in rows)), key=itemgetter(0)
+    )
     out: list[dict[str, Any]] = []
-    start = 0
-    while start < len(keyed):
-        end = start + 1
-        while end < len(keyed) and keyed[end][0] == keyed[start][0]:
-            end += 1
-        if end - start == 1:
-            out.append(keyed[start][1])
-        else:
-            out.extend(sorted((d for _, d in keyed[start:end]), key=_content))
-        start = end
+    for _, tied in groupby(keyed, key=itemgetter(0)):
+        same = [d for _, d in tied]
+        out.extend(same if len(same) == 1 else sorted(same, key=_content))
     return out
-
-
-def _first(item: tuple[Any, Any]) -> Any:
-    return item[0]
 
 
 def user_element(row: dict[str, Any]) -> dict[str, Any]:

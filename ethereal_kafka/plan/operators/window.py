@@ -294,8 +294,7 @@ class WindowProcessor(StatefulProcessor):
         for at in sorted(wanted - existing):
             self.handle.registerTimer(at)
         for at in sorted(existing - wanted):
-            if at > watermark:
-                self.handle.deleteTimer(at)
+            self.handle.deleteTimer(at)
 
     def _main_row(self, key: Any, pane: Pane, result: dict[str, Any]) -> Any:
         shape = self.plan.result_type
