@@ -282,7 +282,12 @@ class CheckpointCoordinator:
         except EtherealKafkaError as exc:
             log.warning("query %s: output end offsets not recorded for this epoch: %s", query, exc)
             return {}
-        return {topic: {str(p): o for p, o in parts.items()} for topic, parts in found.items()}
+        # A partition whose leader did not answer reads as a negative offset: its topic has no cut for this epoch.
+        return {
+            topic: {str(p): o for p, o in parts.items()}
+            for topic, parts in found.items()
+            if all(o >= 0 for o in parts.values())
+        }
 
     def close(self) -> None:
         """End of the run: close the checkpoint history (its writer stays open while epochs are recorded) and let
